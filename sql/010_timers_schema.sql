@@ -1,0 +1,60 @@
+-- Queen: delayed messages. A timer is a message that enters the log at or after deliver_at
+-- (a floor, never an appointment), fired by whichever broker's sweeper claims it first.
+--
+-- Row states, all derived from claimed_until and claim_token against the caller's now:
+--   waiting     deliver_at > now, no claim                 invisible to the claim, cancellable
+--   due         visible_at <= now                          claimable
+--   held        claim_token NOT NULL, claimed_until > now  in somebody's hands: not cancellable
+--   backoff     claim_token NULL, claimed_until > now      invisible, cancellable
+-- A held row whose lease ran out is due again (visible_at = claimed_until <= now) and a new claim
+-- replaces its token, which is how the fire of the previous holder learns it lost the row.
+CREATE TABLE IF NOT EXISTS queen.log_timers (
+    tenant_id     text        NOT NULL,
+    queue         text        NOT NULL,
+    timer_key     text        NOT NULL,
+    partition     text        NOT NULL,
+    deliver_at    timestamptz NOT NULL,
+    txn           text        NOT NULL,
+    message_id    uuid        NOT NULL,
+    payload       bytea       NOT NULL,
+    attempts      integer     NOT NULL DEFAULT 0,
+    last_error    text,
+    claimed_until timestamptz,
+    claim_token   uuid,
+    created_at    timestamptz NOT NULL,
+    -- 64 shards, fixed forever. Shards spread contention, they do not partition responsibility:
+    -- every broker scans all 64; only its starting shard comes from its identity.
+    shard         integer     GENERATED ALWAYS AS ((hashtextextended(timer_key, 0) & 63)::integer) STORED,
+    -- The instant the row becomes claimable: the later of its delivery and its current lease or
+    -- backoff. greatest() ignores NULL, so an unclaimed row is visible at deliver_at.
+    visible_at    timestamptz GENERATED ALWAYS AS (greatest(deliver_at, claimed_until)) STORED,
+    PRIMARY KEY (tenant_id, queue, timer_key),
+    CONSTRAINT log_timers_names_not_empty CHECK (queue <> '' AND timer_key <> '' AND partition <> ''),
+    CONSTRAINT log_timers_attempts_non_negative CHECK (attempts >= 0)
+);
+
+-- The one secondary index: the probe reads its first entry per shard (64 single-row seeks), the
+-- claim walks it from the head of each shard. A claim rewrites visible_at, so every claim is a
+-- non-HOT update of this index; a second index would double that cost.
+CREATE INDEX IF NOT EXISTS log_timers_shard_visible_idx ON queen.log_timers (shard, visible_at);
+
+-- [not measured] log_timers fillfactor = 90: leaves room for the claim's update of each row; a guess.
+-- vacuum_truncate = off: truncating the heap's tail takes an ACCESS EXCLUSIVE lock that would
+-- stall every claim and fire; the table's peak size is kept instead.
+ALTER TABLE queen.log_timers SET (fillfactor = 90, vacuum_truncate = off);
+
+-- Dead letters: timers that exhausted their attempts, archived with their payload intact.
+CREATE TABLE IF NOT EXISTS queen.log_dlq (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id   text        NOT NULL,
+    queue       text        NOT NULL,
+    timer_key   text        NOT NULL,
+    partition   text        NOT NULL,
+    deliver_at  timestamptz NOT NULL,
+    txn         text        NOT NULL,
+    message_id  uuid        NOT NULL,
+    payload     bytea       NOT NULL,
+    attempts    integer     NOT NULL,
+    last_error  text,
+    dead_at     timestamptz NOT NULL
+);

@@ -1,0 +1,190 @@
+-- Queen: the sweeper's read path over log_timers. PROBE (read-only, one server now()) and CLAIM
+-- (FOR UPDATE SKIP LOCKED: a vertex that never waits).
+
+-- Shard lists come from the broker: a rotation of 0..63 whose first element is its starting shard.
+-- Both functions insist on a well-formed list, because a duplicate would double-count and an
+-- out-of-range shard would silently scan nothing.
+CREATE OR REPLACE FUNCTION queen.shards_check_v1(p_fn text, p_shards integer[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_shards IS NULL OR cardinality(p_shards) = 0 THEN
+        RAISE EXCEPTION '%: shards must be a non-empty array of 0..63', p_fn USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_shards) AS s WHERE s IS NULL OR s < 0 OR s > 63) THEN
+        RAISE EXCEPTION '%: every shard must be in 0..63 (got %)', p_fn, p_shards USING ERRCODE = '22023';
+    END IF;
+    IF (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s) <> cardinality(p_shards) THEN
+        RAISE EXCEPTION '%: shards must not repeat (got %)', p_fn, p_shards USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- PROBE: {nextInMs, due, dueCapped, lateMs}.
+--   nextInMs  milliseconds until the earliest visible_at (0 when something is due; NULL when the
+--             table is empty), rounded up so that sleeping it never wakes early;
+--   due       rows claimable now, counted up to p_cap; dueCapped when there are more;
+--   lateMs    how long the oldest due shard head has been past its deliver_at.
+-- Cost is fixed by the shard count, not the backlog: one single-row index seek per shard for the
+-- heads, and at most p_cap + 1 index entries for the count.
+CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(
+    p_shards integer[], p_now timestamptz, p_cap integer
+) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_next timestamptz;
+    v_oldest_due_deliver timestamptz;
+    v_due bigint;
+BEGIN
+    PERFORM queen.shards_check_v1('log_timers_due_v1', p_shards);
+    IF p_now IS NULL OR p_cap IS NULL OR p_cap < 0 THEN
+        RAISE EXCEPTION 'log_timers_due_v1: now must be given and cap must be >= 0 (got now %, cap %)',
+            p_now, p_cap USING ERRCODE = '22023';
+    END IF;
+
+    SELECT min(h.visible_at), min(h.deliver_at) FILTER (WHERE h.visible_at <= p_now)
+    INTO v_next, v_oldest_due_deliver
+    FROM unnest(p_shards) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT t.visible_at, t.deliver_at
+        FROM queen.log_timers t
+        WHERE t.shard = s.shard
+        ORDER BY t.visible_at
+        LIMIT 1
+    ) AS h;
+
+    SELECT count(*) INTO v_due
+    FROM (
+        SELECT 1
+        FROM unnest(p_shards) AS s(shard)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM queen.log_timers t
+            WHERE t.shard = s.shard AND t.visible_at <= p_now
+            LIMIT p_cap + 1
+        ) AS d
+        LIMIT p_cap + 1
+    ) AS capped;
+
+    RETURN jsonb_build_object(
+        'nextInMs', CASE WHEN v_next IS NULL THEN NULL
+                         ELSE greatest(0, ceil(extract(epoch FROM v_next - p_now) * 1000))::bigint END,
+        'due', least(v_due, p_cap),
+        'dueCapped', v_due > p_cap,
+        'lateMs', CASE WHEN v_oldest_due_deliver IS NULL THEN 0
+                       ELSE greatest(0, floor(extract(epoch FROM p_now - v_oldest_due_deliver) * 1000))::bigint END
+    );
+END;
+$$;
+
+-- CLAIM: takes up to p_max_rows due rows nobody holds, sets claimed_until = p_now + lease and a
+-- fresh random claim_token per row, and returns them ordered by their pre-claim visible_at.
+--
+-- Shards are visited in the caller's order in rounds. A round takes at most its fair share of the
+-- remaining budget from each shard, so one claim spreads over all shards instead of emptying the
+-- caller's starting shard first; later rounds revisit only shards that filled their share. A round
+-- that takes nothing ends the claim, so the number of rounds is bounded by p_max_rows.
+--
+-- p_per_tenant caps the rows one tenant can take in one claim. It is applied inside each shard's
+-- fetch, so a capped tenant's rows are passed over, not claimed.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
+    p_shards integer[],
+    p_now timestamptz,
+    p_lease_ms integer,
+    p_max_rows integer,
+    p_per_tenant integer
+) RETURNS TABLE (
+    tenant_id text,
+    queue text,
+    timer_key text,
+    partition text,
+    deliver_at timestamptz,
+    visible_at timestamptz,
+    txn text,
+    message_id uuid,
+    payload bytea,
+    attempts integer,
+    claim_token uuid,
+    late_ms bigint
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_active integer[] := p_shards;
+    v_next_active integer[];
+    v_remaining integer := p_max_rows;
+    v_share integer;
+    v_taken integer;
+    v_tenant_capped boolean;
+    v_shard integer;
+    v_capped text[] := '{}';
+    -- What this claim has locked so far, one array per column (no temp table: a claim runs
+    -- hundreds of times a second and must not touch the catalogue).
+    v_tenants text[] := '{}';
+    v_queues text[] := '{}';
+    v_keys text[] := '{}';
+    v_pre_visible timestamptz[] := '{}';
+    r record;
+BEGIN
+    PERFORM queen.shards_check_v1('log_timers_claim_v1', p_shards);
+    IF p_now IS NULL OR p_lease_ms IS NULL OR p_lease_ms <= 0
+       OR p_max_rows IS NULL OR p_max_rows <= 0 OR p_per_tenant IS NULL OR p_per_tenant <= 0 THEN
+        RAISE EXCEPTION 'log_timers_claim_v1: now must be given and lease_ms, max_rows, per_tenant must be > 0 (got %, %, %, %)',
+            p_now, p_lease_ms, p_max_rows, p_per_tenant USING ERRCODE = '22023';
+    END IF;
+
+    WHILE v_remaining > 0 AND cardinality(v_active) > 0 LOOP
+        v_share := ceil(v_remaining::numeric / cardinality(v_active))::integer;
+        v_next_active := '{}';
+        FOREACH v_shard IN ARRAY v_active LOOP
+            EXIT WHEN v_remaining <= 0;
+            v_taken := 0;
+            v_tenant_capped := false;
+            FOR r IN
+                SELECT t.tenant_id, t.queue, t.timer_key, t.visible_at
+                FROM queen.log_timers t
+                WHERE t.shard = v_shard AND t.visible_at <= p_now
+                  AND t.tenant_id <> ALL (v_capped)
+                ORDER BY t.visible_at
+                LIMIT least(v_share, v_remaining)
+                FOR UPDATE SKIP LOCKED
+            LOOP
+                v_tenants := v_tenants || r.tenant_id;
+                v_queues := v_queues || r.queue;
+                v_keys := v_keys || r.timer_key;
+                v_pre_visible := v_pre_visible || r.visible_at;
+                v_taken := v_taken + 1;
+                v_remaining := v_remaining - 1;
+                IF p_per_tenant < p_max_rows
+                   AND (SELECT count(*) FROM unnest(v_tenants) AS x WHERE x = r.tenant_id) >= p_per_tenant THEN
+                    v_capped := v_capped || r.tenant_id;
+                    v_tenant_capped := true;
+                    EXIT;  -- the rest of this shard's fetch may belong to the capped tenant
+                END IF;
+            END LOOP;
+            IF v_taken >= v_share OR v_tenant_capped THEN
+                v_next_active := v_next_active || v_shard;
+            END IF;
+        END LOOP;
+        v_active := v_next_active;
+    END LOOP;
+
+    RETURN QUERY
+    WITH picked AS (
+        SELECT * FROM unnest(v_tenants, v_queues, v_keys, v_pre_visible)
+            AS p(tenant_id, queue, timer_key, pre_visible)
+    ), claimed AS (
+        UPDATE queen.log_timers t
+        SET claimed_until = p_now + make_interval(secs => p_lease_ms / 1000.0),
+            claim_token = gen_random_uuid()
+        FROM picked p
+        WHERE t.tenant_id = p.tenant_id AND t.queue = p.queue AND t.timer_key = p.timer_key
+        RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.deliver_at, p.pre_visible,
+                  t.txn, t.message_id, t.payload, t.attempts, t.claim_token
+    )
+    SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.deliver_at, c.pre_visible,
+           c.txn, c.message_id, c.payload, c.attempts, c.claim_token,
+           greatest(0, floor(extract(epoch FROM p_now - c.deliver_at) * 1000))::bigint
+    FROM claimed c
+    ORDER BY c.pre_visible, c.tenant_id, c.queue, c.timer_key;
+END;
+$$;

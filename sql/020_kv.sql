@@ -1,0 +1,128 @@
+-- Queen: the minimal KV surface (put with TTL, get, delete).
+--
+-- An expired row is dead from the first read after its instant: kv_live_v1 is the one boundary
+-- the readers and the prune share, so a late prune changes no answer, only the table's size.
+
+CREATE TABLE IF NOT EXISTS queen.kv (
+    tenant_id   text        NOT NULL,
+    namespace   text        NOT NULL,
+    key         text        NOT NULL,
+    value       jsonb       NOT NULL,
+    version     bigint      NOT NULL DEFAULT 1,
+    expires_at  timestamptz,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    -- 64 shards, fixed forever, like log_timers: the prune's seeks spread over them.
+    shard       integer     GENERATED ALWAYS AS ((hashtextextended(key, 0) & 63)::integer) STORED,
+    PRIMARY KEY (tenant_id, namespace, key),
+    CONSTRAINT kv_names_not_empty CHECK (tenant_id <> '' AND namespace <> '' AND key <> '')
+);
+
+-- The one secondary index: only rows that can expire, ordered by when they do, per shard.
+CREATE INDEX IF NOT EXISTS kv_shard_expires_idx ON queen.kv (shard, expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- [not measured] kv fillfactor = 90: leaves room for an overwrite of the same key; a guess.
+-- vacuum_truncate = off: the heap never gives pages back, so the table's peak is permanent. That
+-- is why the prune publishes expired_not_pruned on every pass: an unpruned table is a failure
+-- that looks like health.
+ALTER TABLE queen.kv SET (fillfactor = 90, vacuum_truncate = off);
+
+-- Live means: no expiry, or an expiry strictly after now. A row expiring exactly at now is dead.
+CREATE OR REPLACE FUNCTION queen.kv_live_v1(p_expires_at timestamptz, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_expires_at IS NULL OR p_expires_at > p_now
+$$;
+
+CREATE OR REPLACE FUNCTION queen.kv_names_check_v1(p_fn text, p_tenant text, p_namespace text, p_key text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF coalesce(p_tenant, '') = '' OR coalesce(p_namespace, '') = '' OR coalesce(p_key, '') = '' THEN
+        RAISE EXCEPTION '%: tenant, namespace and key must be non-empty', p_fn USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- PUT: writes value under (tenant, namespace, key). p_ttl_ms NULL means no expiry, otherwise the
+-- row expires p_ttl_ms after p_now. The version counts writes of the live row; a put over a dead
+-- (expired, not yet pruned) row starts again at 1, as if the row had been pruned. A put that would
+-- create a row for a tenant over its quota raises 54000 (queen.kv_quota_check_v1).
+-- Returns {version, expiresAt, created}.
+CREATE OR REPLACE FUNCTION queen.kv_put_v1(
+    p_tenant text, p_namespace text, p_key text, p_value jsonb, p_ttl_ms bigint, p_now timestamptz
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_expires_at timestamptz;
+    v_version bigint;
+    v_created_at timestamptz;
+BEGIN
+    PERFORM queen.kv_names_check_v1('kv_put_v1', p_tenant, p_namespace, p_key);
+    IF p_value IS NULL OR p_now IS NULL THEN
+        RAISE EXCEPTION 'kv_put_v1: value and now must be given' USING ERRCODE = '22023';
+    END IF;
+    IF p_ttl_ms IS NOT NULL AND p_ttl_ms <= 0 THEN
+        RAISE EXCEPTION 'kv_put_v1: ttl_ms must be > 0 or NULL for no expiry (got %)', p_ttl_ms
+            USING ERRCODE = '22023';
+    END IF;
+    v_expires_at := p_now + make_interval(secs => p_ttl_ms / 1000.0);
+
+    IF NOT EXISTS (SELECT 1 FROM queen.kv k
+                   WHERE k.tenant_id = p_tenant AND k.namespace = p_namespace AND k.key = p_key
+                     AND queen.kv_live_v1(k.expires_at, p_now)) THEN
+        PERFORM queen.kv_quota_check_v1(p_tenant);
+    END IF;
+
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    VALUES (p_tenant, p_namespace, p_key, p_value, 1, v_expires_at, p_now, p_now)
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE
+    SET value = EXCLUDED.value,
+        version = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.version + 1 ELSE 1 END,
+        created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE p_now END,
+        expires_at = EXCLUDED.expires_at,
+        updated_at = p_now
+    RETURNING k.version, k.created_at INTO v_version, v_created_at;
+
+    RETURN jsonb_strip_nulls(jsonb_build_object(
+        'version', v_version, 'expiresAt', v_expires_at, 'created', v_version = 1));
+END;
+$$;
+
+-- GET: {value, version, expiresAt} of the live row, or NULL.
+CREATE OR REPLACE FUNCTION queen.kv_get_v1(
+    p_tenant text, p_namespace text, p_key text, p_now timestamptz
+) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    v_result jsonb;
+BEGIN
+    PERFORM queen.kv_names_check_v1('kv_get_v1', p_tenant, p_namespace, p_key);
+    SELECT jsonb_strip_nulls(jsonb_build_object('value', k.value, 'version', k.version, 'expiresAt', k.expires_at))
+    INTO v_result
+    FROM queen.kv k
+    WHERE k.tenant_id = p_tenant AND k.namespace = p_namespace AND k.key = p_key
+      AND queen.kv_live_v1(k.expires_at, p_now);
+    RETURN v_result;
+END;
+$$;
+
+-- DELETE: removes the row; true when a live row was removed (a dead one is removed too, quietly).
+CREATE OR REPLACE FUNCTION queen.kv_delete_v1(
+    p_tenant text, p_namespace text, p_key text, p_now timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_was_live boolean;
+BEGIN
+    PERFORM queen.kv_names_check_v1('kv_delete_v1', p_tenant, p_namespace, p_key);
+    DELETE FROM queen.kv k
+    WHERE k.tenant_id = p_tenant AND k.namespace = p_namespace AND k.key = p_key
+    RETURNING queen.kv_live_v1(k.expires_at, p_now) INTO v_was_live;
+    RETURN coalesce(v_was_live, false);
+END;
+$$;

@@ -1,0 +1,171 @@
+//! Applies `sql/` to a database: every file, in lexical order, in one transaction.
+//!
+//! The files are embedded at compile time, so a broker binary carries its schema. Everything in
+//! them is idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`, `ALTER ... SET`), so applying on every
+//! boot is safe; `tests/schema.rs` proves it by comparing catalogue snapshots.
+//!
+//! Several brokers booting at once may race on `CREATE ... IF NOT EXISTS` (the check and the
+//! create are not atomic in PostgreSQL) or on replacing the same function. The loser's transaction
+//! rolls back whole, and it applies again: idempotence makes the retry safe, and no advisory lock
+//! is needed (the sweeper takes none; see the seed).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::error::Error;
+use crate::store::pg::database_error;
+
+/// One embedded file of `sql/`.
+#[derive(Debug, Clone, Copy)]
+pub struct SqlFile {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+macro_rules! sql_files {
+    ($($name:literal),* $(,)?) => {
+        &[$(SqlFile { name: $name, text: include_str!(concat!("../../sql/", $name)) }),*]
+    };
+}
+
+/// Every file of `sql/`, in the order it is applied. A unit test fails when a file in the
+/// directory is missing here.
+pub const FILES: &[SqlFile] = sql_files![
+    "001_log_schema.sql",
+    "002_log_push.sql",
+    "010_timers_schema.sql",
+    "011_timers_probe_claim.sql",
+    "012_timers_fire.sql",
+    "013_timers_fail_dlq.sql",
+    "014_timers_apply.sql",
+    "020_kv.sql",
+    "021_quota.sql",
+    "030_kv_sweeper.sql",
+    "040_system_state.sql",
+];
+
+/// Attempts of one apply when it loses a race with another broker's apply.
+const APPLY_ATTEMPTS: u32 = 5;
+/// Pause before the next attempt, times the attempt number.
+const APPLY_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Applies every file of `sql/` in one transaction.
+pub async fn apply(pool: &PgPool) -> Result<(), Error> {
+    let mut attempt = 1;
+    loop {
+        match apply_once(pool).await {
+            Ok(()) => return Ok(()),
+            Err(error) if attempt < APPLY_ATTEMPTS && lost_a_race(&error) => {
+                tracing::info!(attempt, %error, "schema apply raced another broker; applying again");
+                tokio::time::sleep(APPLY_RETRY_PAUSE * attempt).await;
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+async fn apply_once(pool: &PgPool) -> Result<(), Error> {
+    let context = |file: &str| format!("applying sql/{file}");
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(|e| database_error(&e, "opening the schema transaction"))?;
+    sqlx::raw_sql("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| database_error(&e, "opening the schema transaction"))?;
+    for file in FILES {
+        sqlx::raw_sql(file.text)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| database_error(&e, &context(file.name)))?;
+    }
+    tx.commit()
+        .await
+        .map_err(|e| database_error(&e, "committing the schema"))
+}
+
+/// SQLSTATEs a concurrent apply of the same files produces: duplicate objects from two
+/// `IF NOT EXISTS` creates, a unique violation in the catalogue, "tuple concurrently updated"
+/// (XX000) from two `CREATE OR REPLACE` of one function, a deadlock between the two.
+fn lost_a_race(error: &Error) -> bool {
+    matches!(
+        error.sqlstate(),
+        Some("23505" | "42P07" | "42710" | "42723" | "XX000" | "40P01" | "40001")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sql_dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql")
+    }
+
+    #[test]
+    fn every_file_in_sql_dir_is_embedded_in_lexical_order() {
+        let mut on_disk: Vec<String> = std::fs::read_dir(sql_dir())
+            .expect("sql/ is readable")
+            .map(|entry| {
+                entry
+                    .expect("directory entry")
+                    .file_name()
+                    .into_string()
+                    .expect("utf-8 name")
+            })
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        on_disk.sort();
+        let embedded: Vec<&str> = FILES.iter().map(|file| file.name).collect();
+        assert_eq!(
+            embedded, on_disk,
+            "schema::FILES must list every file of sql/, sorted"
+        );
+    }
+
+    #[test]
+    fn embedded_text_matches_the_file_on_disk() {
+        for file in FILES {
+            let disk = std::fs::read_to_string(sql_dir().join(file.name)).expect("readable file");
+            assert_eq!(
+                file.text, disk,
+                "{} differs from its embedded copy",
+                file.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_log_schema_opens_with_the_dated_block_convention() {
+        let first = FILES[0];
+        assert_eq!(first.name, "001_log_schema.sql");
+        let header: String = first
+            .text
+            .lines()
+            .take_while(|line| line.starts_with("--"))
+            .collect();
+        for needle in [
+            "[measured ",
+            "rig:",
+            "symptom:",
+            "observed:",
+            "[not measured]",
+        ] {
+            assert!(
+                header.contains(needle),
+                "001_log_schema.sql header lacks {needle:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_concurrent_apply_is_recognised_as_a_race() {
+        let raced = Error::database(Some("42P07".into()), "relation exists".into(), "x".into());
+        let broken = Error::database(Some("42601".into()), "syntax error".into(), "x".into());
+        assert!(lost_a_race(&raced));
+        assert!(!lost_a_race(&broken));
+    }
+}

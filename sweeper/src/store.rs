@@ -1,0 +1,3 @@
+//! The port between the sweeper's loop and PostgreSQL.
+
+pub mod pg;
