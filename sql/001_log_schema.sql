@@ -37,6 +37,9 @@
 -- [not measured] QUEEN_KV_EXPIRE_EVERY_MS = 1000: prune cadence; a prune is invisible to readers.
 -- [not measured] QUEEN_KV_EXPIRE_BATCH = 1000: rows deleted per prune call.
 -- [not measured] QUEEN_KV_USAGE_EVERY_MS = 300000: usage rollup cadence; precision, not delivery.
+-- [not measured] QUEEN_SWEEPER_DUE_CAP = 2000: the probe stops counting due rows here; bounds its cost.
+-- [not measured] QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS = 5000: every call is cancelled server-side after this.
+-- [not measured] QUEEN_SWEEPER_MAX_ATTEMPTS = 5: failed fires before a timer goes to the DLQ.
 --
 -- Files in sql/ are applied in lexical order, every time a broker boots, in one transaction, so
 -- everything here is idempotent: IF NOT EXISTS for objects, CREATE OR REPLACE for functions, and

@@ -21,6 +21,9 @@ pub enum Error {
     /// A setting is wrong; the message names it, its value and what is allowed.
     #[error("{0}")]
     Config(String),
+    /// An operator switched this off (a kill switch); try again when it is back on.
+    #[error("{0}")]
+    Disabled(String),
 }
 
 struct SqlState<'a>(Option<&'a str>);
@@ -47,7 +50,7 @@ impl Error {
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
             Error::Database { sqlstate, .. } => sqlstate.as_deref(),
-            Error::Timeout { .. } | Error::Config(_) => None,
+            Error::Timeout { .. } | Error::Config(_) | Error::Disabled(_) => None,
         }
     }
 
@@ -55,7 +58,7 @@ impl Error {
     pub fn class(&self) -> Class {
         match self {
             Error::Database { sqlstate, .. } => classify(sqlstate.as_deref()),
-            Error::Timeout { .. } => Class::Transient,
+            Error::Timeout { .. } | Error::Disabled(_) => Class::Transient,
             Error::Config(_) => Class::Config,
         }
     }

@@ -1,0 +1,422 @@
+//! Every knob of the sweeper, from the environment, with documented defaults and a loud
+//! [`Config::validate`]: a bad value fails at start, naming the variable, the value and what is
+//! allowed.
+//!
+//! None of the defaults is measured yet; `sql/001_log_schema.sql` carries one `[not measured]`
+//! marker per knob, which the soak replaces with a dated block.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Prefixes of the variables this module owns; an unknown variable under them is a typo and an
+/// error (a misspelt knob silently keeping its default is how a guess outlives its fix).
+const OWNED_PREFIXES: &[&str] = &["QUEEN_SWEEPER_", "QUEEN_KV_EXPIRE_", "QUEEN_KV_USAGE_"];
+
+/// The variable that must not exist.
+pub const FORBIDDEN_SHARDS_VAR: &str = "QUEEN_SWEEPER_SHARDS";
+
+/// One knob: its variable, its default, its unit and bounds, and what it is for.
+#[derive(Debug, Clone, Copy)]
+pub struct Knob {
+    pub var: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    pub help: &'static str,
+}
+
+macro_rules! knobs {
+    ($($name:ident = $var:literal, $default:expr, [$min:expr, $max:expr], $help:literal;)*) => {
+        $(pub const $name: Knob = Knob { var: $var, default: $default, min: $min, max: $max, help: $help };)*
+        /// Every knob, in documentation order.
+        pub const ALL: &[Knob] = &[$($name),*];
+    };
+}
+
+/// The knobs. Durations are milliseconds, sizes bytes, counts rows.
+pub mod knob {
+    use super::Knob;
+
+    const HOUR_MS: u64 = 3_600_000;
+
+    knobs! {
+        MIN_SLEEP_MS = "QUEEN_SWEEPER_MIN_SLEEP_MS", 5, [1, 60_000],
+            "floor of the sleep when work is genuinely available";
+        MAX_SLEEP_MS = "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, [1, 60_000],
+            "ceiling of every sleep: the worst-case delay for a timer scheduled on another broker";
+        EMPTY_CLAIM_MIN_MS = "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", 25, [1, 60_000],
+            "lower end of the jittered band after an empty claim";
+        EMPTY_CLAIM_MAX_MS = "QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", 200, [1, 60_000],
+            "upper end of the jittered band after an empty claim";
+        LEASE_MS = "QUEEN_SWEEPER_LEASE_MS", 30_000, [100, HOUR_MS],
+            "claim lease; a pass stops claiming once it has spent half of it";
+        CLAIM_BATCH = "QUEEN_SWEEPER_CLAIM_BATCH", 200, [1, 100_000],
+            "rows per claim call";
+        CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 5_000, [1, 10_000_000],
+            "rows per drain pass before the probe runs again";
+        MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 8 * 1024 * 1024, [1024, 1024 * 1024 * 1024],
+            "bytes per fire transaction; a bigger batch splits into several calls";
+        DUE_CAP = "QUEEN_SWEEPER_DUE_CAP", 2_000, [1, 10_000_000],
+            "the probe counts due rows up to this number";
+        STATEMENT_TIMEOUT_MS = "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", 5_000, [10, HOUR_MS],
+            "every database call is cancelled server-side after this long";
+        MAX_ATTEMPTS = "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, [1, 1_000],
+            "failed fires (not counting transient ones) before a timer goes to the DLQ";
+        KV_EXPIRE_EVERY_MS = "QUEEN_KV_EXPIRE_EVERY_MS", 1_000, [1, 24 * HOUR_MS],
+            "cadence of the KV prune";
+        KV_EXPIRE_BATCH = "QUEEN_KV_EXPIRE_BATCH", 1_000, [1, 1_000_000],
+            "rows deleted per prune call";
+        KV_USAGE_EVERY_MS = "QUEEN_KV_USAGE_EVERY_MS", 300_000, [1, 24 * HOUR_MS],
+            "cadence of the usage rollup";
+    }
+}
+
+/// The validated knobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub sleep_ms_min: u64,
+    pub sleep_ms_max: u64,
+    pub empty_claim_ms_min: u64,
+    pub empty_claim_ms_max: u64,
+    pub lease_ms: u64,
+    pub claim_batch: u32,
+    pub cycle_max_rows: u32,
+    pub max_fire_bytes: u64,
+    pub due_cap: u32,
+    pub statement_timeout_ms: u64,
+    pub max_attempts: u32,
+    pub kv_expire_every_ms: u64,
+    pub kv_expire_batch: u32,
+    pub kv_usage_every_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::from_values(|knob| knob.default)
+    }
+}
+
+impl Config {
+    /// Reads the process environment and validates.
+    pub fn from_env() -> Result<Config, Error> {
+        Config::from_vars(std::env::vars())
+    }
+
+    /// Reads `(name, value)` pairs (the environment, or a test's) and validates. Variables not
+    /// owned by the sweeper are ignored.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Config, Error>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let vars: BTreeMap<String, String> = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .filter(|(k, _)| OWNED_PREFIXES.iter().any(|prefix| k.starts_with(prefix)))
+            .collect();
+        let mut problems = Vec::new();
+        if let Some(value) = vars.get(FORBIDDEN_SHARDS_VAR) {
+            problems.push(format!(
+                "{FORBIDDEN_SHARDS_VAR}={value:?} is set, and it must not exist: the shard count is 64, fixed forever in the schema (hashtextextended(key, 0) & 63), and every broker scans all 64. Shards spread contention; they never partition responsibility, because a broker that owned shards would orphan their timers when it died. Unset it."
+            ));
+        }
+        for name in vars.keys() {
+            if name != FORBIDDEN_SHARDS_VAR && !knob::ALL.iter().any(|knob| knob.var == name) {
+                let known: Vec<&str> = knob::ALL.iter().map(|knob| knob.var).collect();
+                problems.push(format!("{name} is not a sweeper setting (known: {})", known.join(", ")));
+            }
+        }
+        let mut parsed = BTreeMap::new();
+        for knob in knob::ALL {
+            match vars.get(knob.var) {
+                None => {
+                    parsed.insert(knob.var, knob.default);
+                }
+                Some(raw) => match parse_knob(knob, raw) {
+                    Ok(value) => {
+                        parsed.insert(knob.var, value);
+                    }
+                    Err(problem) => problems.push(problem),
+                },
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config(problems.join("\n")));
+        }
+        let config = Config::from_values(|knob| parsed[knob.var]);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn from_values(value: impl Fn(&Knob) -> u64) -> Config {
+        let narrow = |knob: &Knob| u32::try_from(value(knob)).unwrap_or(u32::MAX);
+        Config {
+            sleep_ms_min: value(&knob::MIN_SLEEP_MS),
+            sleep_ms_max: value(&knob::MAX_SLEEP_MS),
+            empty_claim_ms_min: value(&knob::EMPTY_CLAIM_MIN_MS),
+            empty_claim_ms_max: value(&knob::EMPTY_CLAIM_MAX_MS),
+            lease_ms: value(&knob::LEASE_MS),
+            claim_batch: narrow(&knob::CLAIM_BATCH),
+            cycle_max_rows: narrow(&knob::CYCLE_MAX_ROWS),
+            max_fire_bytes: value(&knob::MAX_FIRE_BYTES),
+            due_cap: narrow(&knob::DUE_CAP),
+            statement_timeout_ms: value(&knob::STATEMENT_TIMEOUT_MS),
+            max_attempts: narrow(&knob::MAX_ATTEMPTS),
+            kv_expire_every_ms: value(&knob::KV_EXPIRE_EVERY_MS),
+            kv_expire_batch: narrow(&knob::KV_EXPIRE_BATCH),
+            kv_usage_every_ms: value(&knob::KV_USAGE_EVERY_MS),
+        }
+    }
+
+    /// Checks every bound and every relation between knobs; the error lists every problem.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut problems = Vec::new();
+        let single = [
+            (&knob::MIN_SLEEP_MS, self.sleep_ms_min),
+            (&knob::MAX_SLEEP_MS, self.sleep_ms_max),
+            (&knob::EMPTY_CLAIM_MIN_MS, self.empty_claim_ms_min),
+            (&knob::EMPTY_CLAIM_MAX_MS, self.empty_claim_ms_max),
+            (&knob::LEASE_MS, self.lease_ms),
+            (&knob::CLAIM_BATCH, u64::from(self.claim_batch)),
+            (&knob::CYCLE_MAX_ROWS, u64::from(self.cycle_max_rows)),
+            (&knob::MAX_FIRE_BYTES, self.max_fire_bytes),
+            (&knob::DUE_CAP, u64::from(self.due_cap)),
+            (&knob::STATEMENT_TIMEOUT_MS, self.statement_timeout_ms),
+            (&knob::MAX_ATTEMPTS, u64::from(self.max_attempts)),
+            (&knob::KV_EXPIRE_EVERY_MS, self.kv_expire_every_ms),
+            (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
+            (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
+        ];
+        for (knob, value) in single {
+            if !(knob.min..=knob.max).contains(&value) {
+                problems.push(out_of_range(knob, &value.to_string()));
+            }
+        }
+        let mut relation = |ok: bool, message: String| {
+            if !ok {
+                problems.push(message);
+            }
+        };
+        relation(
+            self.sleep_ms_min <= self.sleep_ms_max,
+            format!(
+                "{}={} is above {}={}: the floor must not exceed the ceiling",
+                knob::MIN_SLEEP_MS.var, self.sleep_ms_min, knob::MAX_SLEEP_MS.var, self.sleep_ms_max
+            ),
+        );
+        relation(
+            self.empty_claim_ms_min <= self.empty_claim_ms_max,
+            format!(
+                "{}={} is above {}={}: the empty-claim band is inverted",
+                knob::EMPTY_CLAIM_MIN_MS.var,
+                self.empty_claim_ms_min,
+                knob::EMPTY_CLAIM_MAX_MS.var,
+                self.empty_claim_ms_max
+            ),
+        );
+        relation(
+            self.empty_claim_ms_max <= self.sleep_ms_max,
+            format!(
+                "{}={} is above {}={}: no sleep may exceed the ceiling, which is the cross-broker delivery bound",
+                knob::EMPTY_CLAIM_MAX_MS.var, self.empty_claim_ms_max, knob::MAX_SLEEP_MS.var, self.sleep_ms_max
+            ),
+        );
+        relation(
+            self.empty_claim_ms_min >= self.sleep_ms_min,
+            format!(
+                "{}={} is below {}={}: backing off after an empty claim must not be faster than the floor",
+                knob::EMPTY_CLAIM_MIN_MS.var, self.empty_claim_ms_min, knob::MIN_SLEEP_MS.var, self.sleep_ms_min
+            ),
+        );
+        relation(
+            self.lease_ms >= 2 * self.statement_timeout_ms,
+            format!(
+                "{}={} is shorter than twice {}={}: a pass stops claiming at half the lease, so a fire that may run for a whole statement timeout would outlive its lease and come back stale",
+                knob::LEASE_MS.var, self.lease_ms, knob::STATEMENT_TIMEOUT_MS.var, self.statement_timeout_ms
+            ),
+        );
+        relation(
+            self.claim_batch <= self.cycle_max_rows,
+            format!(
+                "{}={} is above {}={}: one claim may not exceed the whole pass",
+                knob::CLAIM_BATCH.var, self.claim_batch, knob::CYCLE_MAX_ROWS.var, self.cycle_max_rows
+            ),
+        );
+        if problems.is_empty() { Ok(()) } else { Err(Error::Config(problems.join("\n"))) }
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    pub fn statement_timeout(&self) -> Duration {
+        Duration::from_millis(self.statement_timeout_ms)
+    }
+
+    pub fn kv_expire_every(&self) -> Duration {
+        Duration::from_millis(self.kv_expire_every_ms)
+    }
+
+    pub fn kv_usage_every(&self) -> Duration {
+        Duration::from_millis(self.kv_usage_every_ms)
+    }
+
+    /// The knobs as `VAR=value` lines, for start-up logs and reports.
+    pub fn describe(&self) -> Vec<String> {
+        let values = [
+            self.sleep_ms_min,
+            self.sleep_ms_max,
+            self.empty_claim_ms_min,
+            self.empty_claim_ms_max,
+            self.lease_ms,
+            u64::from(self.claim_batch),
+            u64::from(self.cycle_max_rows),
+            self.max_fire_bytes,
+            u64::from(self.due_cap),
+            self.statement_timeout_ms,
+            u64::from(self.max_attempts),
+            self.kv_expire_every_ms,
+            u64::from(self.kv_expire_batch),
+            self.kv_usage_every_ms,
+        ];
+        knob::ALL.iter().zip(values).map(|(knob, value)| format!("{}={value}", knob.var)).collect()
+    }
+}
+
+fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
+    let trimmed = raw.trim();
+    if trimmed.starts_with('-') {
+        return Err(out_of_range(knob, raw));
+    }
+    let value: u64 = trimmed.parse().map_err(|_| {
+        format!(
+            "{}={raw:?} is not a whole number; allowed: an integer in {}..={} ({})",
+            knob.var, knob.min, knob.max, knob.help
+        )
+    })?;
+    if (knob.min..=knob.max).contains(&value) { Ok(value) } else { Err(out_of_range(knob, raw)) }
+}
+
+fn out_of_range(knob: &Knob, raw: &str) -> String {
+    format!("{}={raw:?} is out of range; allowed: an integer in {}..={} ({})", knob.var, knob.min, knob.max, knob.help)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, String> {
+        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn no_variables_gives_the_documented_defaults() {
+        let c = config(&[]).expect("defaults are valid");
+        assert_eq!(c, Config::default());
+        assert_eq!((c.sleep_ms_min, c.sleep_ms_max), (5, 1000));
+        assert_eq!((c.empty_claim_ms_min, c.empty_claim_ms_max), (25, 200));
+        assert_eq!((c.lease_ms, c.claim_batch, c.cycle_max_rows), (30_000, 200, 5_000));
+        assert_eq!(c.max_fire_bytes, 8 * 1024 * 1024);
+        assert_eq!(c.due_cap, 2_000);
+        assert_eq!((c.kv_expire_every_ms, c.kv_expire_batch, c.kv_usage_every_ms), (1_000, 1_000, 300_000));
+    }
+
+    #[test]
+    fn a_valid_value_is_taken() {
+        let c = config(&[("QUEEN_SWEEPER_LEASE_MS", "60000"), ("QUEEN_KV_EXPIRE_BATCH", " 250 ")]).unwrap();
+        assert_eq!(c.lease_ms, 60_000);
+        assert_eq!(c.kv_expire_batch, 250);
+    }
+
+    #[test]
+    fn unrelated_variables_are_ignored() {
+        assert!(config(&[("PATH", "/bin"), ("QUEEN_TEST_DATABASE_URL", "x")]).is_ok());
+    }
+
+    #[test]
+    fn zero_names_the_variable_the_value_and_the_range() {
+        let e = config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "0")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_CLAIM_BATCH=\"0\""), "{e}");
+        assert!(e.contains("1..=100000"), "{e}");
+    }
+
+    #[test]
+    fn negative_and_non_numeric_values_are_rejected_by_name() {
+        let e = config(&[("QUEEN_SWEEPER_MAX_SLEEP_MS", "-5")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_MAX_SLEEP_MS=\"-5\" is out of range"), "{e}");
+        let e = config(&[("QUEEN_KV_USAGE_EVERY_MS", "5m")]).unwrap_err();
+        assert!(e.contains("QUEEN_KV_USAGE_EVERY_MS=\"5m\" is not a whole number"), "{e}");
+        let e = config(&[("QUEEN_SWEEPER_DUE_CAP", "")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_DUE_CAP"), "{e}");
+        let e = config(&[("QUEEN_SWEEPER_LEASE_MS", "99999999999999999999999")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_LEASE_MS"), "{e}");
+    }
+
+    #[test]
+    fn min_above_max_is_rejected() {
+        let e = config(&[("QUEEN_SWEEPER_MIN_SLEEP_MS", "2000")]).unwrap_err();
+        assert!(e.contains("the floor must not exceed the ceiling"), "{e}");
+        let e = config(&[("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", "150"), ("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", "100")])
+            .unwrap_err();
+        assert!(e.contains("band is inverted"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_claim_band_above_the_ceiling_is_rejected() {
+        let e = config(&[("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", "1500")]).unwrap_err();
+        assert!(e.contains("no sleep may exceed the ceiling"), "{e}");
+    }
+
+    #[test]
+    fn a_lease_shorter_than_twice_the_statement_timeout_is_rejected() {
+        let e = config(&[("QUEEN_SWEEPER_LEASE_MS", "9999"), ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000")])
+            .unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_LEASE_MS=9999 is shorter than twice QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS=5000"), "{e}");
+        assert!(config(&[("QUEEN_SWEEPER_LEASE_MS", "10000"), ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000")]).is_ok());
+    }
+
+    #[test]
+    fn a_claim_batch_above_the_pass_budget_is_rejected() {
+        let e = config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "600"), ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "500")]).unwrap_err();
+        assert!(e.contains("one claim may not exceed the whole pass"), "{e}");
+    }
+
+    #[test]
+    fn setting_the_shard_count_is_an_error_that_explains_why() {
+        let e = config(&[("QUEEN_SWEEPER_SHARDS", "16")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_SHARDS=\"16\" is set, and it must not exist"), "{e}");
+        assert!(e.contains("every broker scans all 64"), "{e}");
+        assert!(e.contains("orphan"), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_knob_is_an_error_not_a_silent_default() {
+        let e = config(&[("QUEEN_SWEEPER_LEASE", "1000")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_LEASE is not a sweeper setting"), "{e}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let e = config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "x"), ("QUEEN_KV_EXPIRE_BATCH", "0")]).unwrap_err();
+        assert!(e.contains("QUEEN_SWEEPER_CLAIM_BATCH") && e.contains("QUEEN_KV_EXPIRE_BATCH"), "{e}");
+    }
+
+    #[test]
+    fn every_knob_default_is_inside_its_own_range() {
+        for knob in knob::ALL {
+            assert!((knob.min..=knob.max).contains(&knob.default), "{}", knob.var);
+        }
+    }
+
+    #[test]
+    fn every_knob_has_a_not_measured_marker_in_the_log_schema() {
+        let sql = crate::schema::FILES[0].text;
+        for knob in knob::ALL {
+            let marker = format!("] {} = {}", knob.var, knob.default);
+            assert!(sql.contains(&marker), "001_log_schema.sql lacks a marker for {}", knob.var);
+        }
+    }
+}

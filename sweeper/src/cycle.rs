@@ -1,0 +1,357 @@
+//! The cycle, phases A–D, one broker's sweeper.
+//!
+//! ```text
+//! A. PROBE       one read-only call, one server now(): nextInMs, due count, lateness
+//! B. DRAIN       claim and fire in the SAME iteration, under the lease budget
+//! C. SUB-CLOCKS  usage rollup, then KV prune, each on its own gate
+//! D. SLEEP       due-driven, clamped, interruptible by the local wake
+//! ```
+//!
+//! Leaderless: every broker runs this loop over all 64 shards, and `FOR UPDATE ... SKIP LOCKED`
+//! is the only coordination. The only thing derived from the broker's identity is the shard its
+//! pass starts at, rotated by one every pass, so that N brokers do not all queue on the same head
+//! of the index.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::{Admission, LaneSizes};
+use crate::classify::Class;
+use crate::clock;
+use crate::config::Config;
+#[cfg(feature = "naive-forms")]
+use crate::drain::DrainForm;
+use crate::drain::{DrainLimits, DrainReport, DrainStop, Drainer};
+use crate::metrics::{Metrics, PhaseLabel};
+use crate::sleep::{Bands, Outcome, sleep_for};
+use crate::store::{Probe, SHARD_COUNT, ShardOrder, Store};
+use crate::subclock::{SubClocks, SubclockReport};
+use crate::switches::Switches;
+use crate::timers::Seam;
+use crate::waker::Waker;
+
+/// How often the kill switches are re-read from `queen.system_state`. Not measured.
+pub const SWITCH_REFRESH: Duration = Duration::from_secs(5);
+
+/// What to do after an empty claim. Production can only name the jittered band; the 5 ms floor
+/// exists to reproduce the spin in the simulation (feature `naive-forms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmptyClaimForm {
+    Jittered,
+    #[cfg(feature = "naive-forms")]
+    Floor,
+}
+
+/// A source of jitter samples in [0, 1]. Production draws from the OS; the simulation from its
+/// seed.
+pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
+
+/// What one pass did, for tests, the simulation and the soak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub start_shard: u8,
+    pub probe: Option<Probe>,
+    pub drain: Option<DrainReport>,
+    pub subclocks: SubclockReport,
+    pub outcome: Outcome,
+    pub sleep: Duration,
+}
+
+/// One broker's sweeper.
+pub struct Sweeper<S> {
+    store: Arc<S>,
+    config: Config,
+    identity: String,
+    identity_shard: u8,
+    admission: Admission,
+    waker: Waker,
+    switches: Switches,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+    jitter: Jitter,
+    subclocks: SubClocks,
+    limits: DrainLimits,
+    empty_claim_form: EmptyClaimForm,
+    passes: u64,
+    pressure: u32,
+    switches_read_at: Option<Instant>,
+}
+
+impl<S> std::fmt::Debug for Sweeper<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweeper")
+            .field("identity", &self.identity)
+            .field("passes", &self.passes)
+            .field("pressure", &self.pressure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> Sweeper<S> {
+    /// A sweeper with its own admission lanes, waker, switches and metrics, drawing jitter from
+    /// the OS. `config` must be valid ([`Config::validate`]).
+    pub fn new(store: Arc<S>, config: Config, identity: impl Into<String>) -> Sweeper<S> {
+        Self::with_jitter(store, config, identity, Box::new(clock::jitter_sample))
+    }
+
+    /// As [`Sweeper::new`], with jitter from `jitter` (the simulation passes its seeded RNG).
+    pub fn with_jitter(store: Arc<S>, config: Config, identity: impl Into<String>, mut jitter: Jitter) -> Sweeper<S> {
+        let identity = identity.into();
+        let now = clock::tokio_now();
+        let subclocks = SubClocks::new(&config, now, jitter());
+        Sweeper {
+            store,
+            limits: DrainLimits::from_config(&config),
+            identity_shard: identity_shard(&identity),
+            identity,
+            admission: Admission::new(LaneSizes::default()),
+            waker: Waker::new(now),
+            switches: Switches::default(),
+            metrics: Metrics::new(),
+            shutdown: CancellationToken::new(),
+            jitter,
+            subclocks,
+            empty_claim_form: EmptyClaimForm::Jittered,
+            passes: 0,
+            pressure: 0,
+            switches_read_at: None,
+            config,
+        }
+    }
+
+    /// Shares admission lanes with the rest of the broker process.
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Shares the kill switches with the rest of the broker process.
+    pub fn with_switches(mut self, switches: Switches) -> Self {
+        self.switches = switches;
+        self
+    }
+
+    /// Uses `metrics` instead of a private set.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    #[cfg(feature = "naive-forms")]
+    pub fn with_naive_forms(mut self, drain: DrainForm, empty_claim: EmptyClaimForm) -> Self {
+        self.limits.form = drain;
+        self.empty_claim_form = empty_claim;
+        self
+    }
+
+    pub fn waker(&self) -> &Waker {
+        &self.waker
+    }
+
+    pub fn switches(&self) -> &Switches {
+        &self.switches
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// The schedule seam that rings this sweeper's wake.
+    pub fn seam(&self) -> Seam {
+        Seam::new(self.waker.clone(), self.switches.clone())
+    }
+
+    /// Cancel it to stop: no new claim starts; a fire in flight finishes.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The shard this broker's passes start from before rotation.
+    pub fn identity_shard(&self) -> u8 {
+        self.identity_shard
+    }
+
+    /// Runs passes until shut down.
+    pub async fn run(mut self) {
+        tracing::info!(identity = %self.identity, start_shard = self.identity_shard, "sweeper started");
+        while !self.shutdown.is_cancelled() {
+            let report = self.pass().await;
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            let planned = clock::tokio_now() + report.sleep;
+            let shutdown = self.shutdown.clone();
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                _ = self.waker.sleep(planned) => {}
+            }
+        }
+        tracing::info!(identity = %self.identity, passes = self.passes, "sweeper stopped");
+    }
+
+    /// One pass, phases A–C, and the sleep it plans (phase D is [`Sweeper::run`]'s).
+    pub async fn pass(&mut self) -> PassReport {
+        self.waker.begin_pass();
+        let started = clock::tokio_now();
+        self.refresh_switches(started).await;
+        let start_shard = ((u64::from(self.identity_shard) + self.passes) % u64::from(SHARD_COUNT)) as u8;
+        let shards = ShardOrder::starting_at(start_shard);
+        self.passes += 1;
+
+        let probe = self.probe(&shards).await;
+        let drain = match &probe {
+            Ok(p) if p.due > 0 && self.switches.fire_enabled() => Some(self.drain(&shards).await),
+            Ok(p) if p.due > 0 => {
+                self.metrics.skipped("fire", "switched_off");
+                None
+            }
+            _ => None,
+        };
+        let pressured = matches!(&probe, Ok(p) if p.due_capped)
+            || matches!(drain.map(|d| d.stop), Some(DrainStop::RowBudget | DrainStop::LeaseBudget));
+        self.pressure = if pressured { self.pressure.saturating_add(1) } else { 0 };
+        self.adapt_batch(drain.as_ref(), &probe);
+
+        let timer = clock::tokio_now();
+        let subclocks = self
+            .subclocks
+            .run(&*self.store, &self.admission, &self.metrics, &shards, timer, self.pressure)
+            .await;
+        self.observe_phase("subclocks", timer);
+
+        let outcome = self.outcome(probe.as_ref().ok(), drain.as_ref());
+        let sleep = sleep_for(outcome, Bands::from_config(&self.config), (self.jitter)());
+        self.metrics.sleep_ms.observe(sleep.as_millis() as f64);
+        self.observe_phase("pass", started);
+        PassReport { start_shard, probe: probe.ok(), drain, subclocks, outcome, sleep }
+    }
+
+    async fn probe(&self, shards: &ShardOrder) -> Result<Probe, Class> {
+        let timer = clock::tokio_now();
+        let slot = self.admission.maintenance().await;
+        self.metrics.query("probe");
+        let result = self.store.probe(&slot, shards, self.config.due_cap).await;
+        drop(slot);
+        self.observe_phase("probe", timer);
+        match result {
+            Ok(probe) => {
+                self.metrics.due_backlog.set(i64::from(probe.due));
+                self.metrics.due_capped.set(i64::from(probe.due_capped));
+                self.metrics.oldest_lateness_ms.set(i64::try_from(probe.late_ms).unwrap_or(i64::MAX));
+                Ok(probe)
+            }
+            Err(error) => {
+                self.metrics.failed(error.class());
+                tracing::warn!(%error, "probe failed");
+                Err(error.class())
+            }
+        }
+    }
+
+    async fn drain(&self, shards: &ShardOrder) -> DrainReport {
+        let timer = clock::tokio_now();
+        let drainer = Drainer {
+            store: &*self.store,
+            admission: &self.admission,
+            metrics: &self.metrics,
+            shutdown: &self.shutdown,
+        };
+        let report = drainer.drain(shards, &self.limits).await;
+        self.observe_phase("drain", timer);
+        report
+    }
+
+    /// Under failure the fire shrinks its batch (and the outcome lengthens its sleep); it never
+    /// switches itself off. A clean pass grows the batch back to the configured size.
+    fn adapt_batch(&mut self, drain: Option<&DrainReport>, probe: &Result<Probe, Class>) {
+        let struggled = matches!(probe, Err(Class::Transient))
+            || drain.is_some_and(|d| d.transient_failures > 0 || d.stop == DrainStop::ClaimFailed(Class::Transient));
+        self.limits.claim_batch = if struggled {
+            (self.limits.claim_batch / 2).max(1)
+        } else {
+            self.limits.claim_batch.saturating_mul(2).min(self.config.claim_batch)
+        };
+    }
+
+    fn outcome(&self, probe: Option<&Probe>, drain: Option<&DrainReport>) -> Outcome {
+        let Some(probe) = probe else {
+            return Outcome::NothingDue; // the database is struggling: back off to the ceiling
+        };
+        let idle = match probe.next_in_ms {
+            None => Outcome::NothingDue,
+            Some(next_in_ms) => Outcome::DueLater { next_in_ms },
+        };
+        if probe.due == 0 {
+            return idle;
+        }
+        let Some(drain) = drain else {
+            return Outcome::NothingDue; // due, but the fire is switched off
+        };
+        match drain.stop {
+            DrainStop::EmptyClaim if drain.first_claim_empty() => self.after_empty_claim(),
+            DrainStop::EmptyClaim | DrainStop::RowBudget | DrainStop::LeaseBudget | DrainStop::Shutdown => {
+                Outcome::WorkAvailable
+            }
+            DrainStop::ClaimFailed(_) => Outcome::NothingDue,
+        }
+    }
+
+    fn after_empty_claim(&self) -> Outcome {
+        match self.empty_claim_form {
+            EmptyClaimForm::Jittered => Outcome::EmptyClaim,
+            #[cfg(feature = "naive-forms")]
+            EmptyClaimForm::Floor => Outcome::WorkAvailable,
+        }
+    }
+
+    async fn refresh_switches(&mut self, now: Instant) {
+        if self.switches_read_at.is_some_and(|at| now.saturating_duration_since(at) < SWITCH_REFRESH) {
+            return;
+        }
+        self.switches_read_at = Some(now);
+        self.metrics.query("switches");
+        if let Err(error) = self.switches.refresh(&*self.store, &self.admission).await {
+            self.metrics.failed(error.class());
+            tracing::warn!(%error, "reading the kill switches failed; keeping the last known values");
+        }
+    }
+
+    fn observe_phase(&self, phase: &'static str, since: Instant) {
+        let seconds = clock::tokio_now().saturating_duration_since(since).as_secs_f64();
+        self.metrics.phase_seconds.get_or_create(&PhaseLabel { phase }).observe(seconds);
+    }
+}
+
+/// The starting shard derived from a broker's identity (FNV-1a, so it is the same in every
+/// process and every run).
+pub fn identity_shard(identity: &str) -> u8 {
+    let hash = identity
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    (hash % u64::from(SHARD_COUNT)) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_identity_shard_is_stable_and_spreads_brokers() {
+        assert_eq!(identity_shard("broker-1"), identity_shard("broker-1"));
+        let starts: std::collections::HashSet<u8> = (0..16).map(|i| identity_shard(&format!("broker-{i}"))).collect();
+        assert!(starts.len() >= 10, "16 brokers start at only {} distinct shards", starts.len());
+        assert!((0..1000).all(|i| identity_shard(&format!("b{i}")) < 64));
+    }
+}
