@@ -52,7 +52,10 @@ CREATE OR REPLACE FUNCTION queen.log_append_v1(
     p_payloads bytea[],
     p_now timestamptz
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- JIT compiles for tens of milliseconds to save microseconds on these small statements
+-- (measured: a 200-row fire spent 12.5 ms of 13.7 ms compiling). Never worth it here.
+SET jit = off AS $$
 DECLARE
     v_count int := coalesce(cardinality(p_payloads), 0);
     v_first bigint;
@@ -96,7 +99,9 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_txns text[],
     p_now timestamptz
 ) RETURNS TABLE (message_id uuid, log_offset bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 DECLARE
     v_count int := coalesce(cardinality(p_payloads), 0);
     v_ids uuid[];

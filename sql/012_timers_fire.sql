@@ -6,9 +6,9 @@
 --   fired  every row of the segment was still held with this caller's token: its messages are in
 --          the log (the timer's message_id, txn and payload), its timer rows are gone;
 --   stale  at least one row was not (re-claimed by another broker after the lease, cancelled,
---          rescheduled, already fired, or locked by someone else this instant): nothing of the
---          segment is written, and the rows this caller still held are released at once, so
---          they are claimable immediately rather than after the lease.
+--          rescheduled, already fired, or locked by someone else for longer than the fire polls
+--          for it): nothing of the segment is written, and the rows this caller still held are
+--          released at once, so they are claimable immediately rather than after the lease.
 -- A segment is all-or-nothing so that a destination never receives a partial, reordered batch.
 --
 -- Locks: timer rows FOR UPDATE SKIP LOCKED (a fire never waits on a timer row: a row somebody
@@ -19,6 +19,24 @@
 -- The token is the proof of ownership. A row still carrying this caller's token after its lease
 -- ended was not re-claimed by anyone (a claim replaces the token), and the row lock taken here
 -- keeps it that way until commit, so firing it is still exactly once.
+-- The segments of a fire call: 0-based number, how many positions precede it, its size.
+CREATE OR REPLACE FUNCTION queen.fire_segments_v1(p_seg_sizes integer[])
+RETURNS TABLE (seg integer, start integer, n integer)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (s.i - 1)::integer, (sum(s.n) OVER (ORDER BY s.i) - s.n)::integer, s.n
+    FROM unnest(p_seg_sizes) WITH ORDINALITY AS s(n, i)
+$$;
+
+-- Every position of a fire call (1-based, aligned with its key and token arrays) with the
+-- segment, tenant and queue it belongs to.
+CREATE OR REPLACE FUNCTION queen.fire_rows_v1(p_seg_tenants text[], p_seg_queues text[], p_seg_sizes integer[])
+RETURNS TABLE (pos integer, seg integer, tenant text, queue text)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT g.pos, s.seg, p_seg_tenants[s.seg + 1], p_seg_queues[s.seg + 1]
+    FROM queen.fire_segments_v1(p_seg_sizes) AS s
+    CROSS JOIN LATERAL generate_series(s.start + 1, s.start + s.n) AS g(pos)
+$$;
+
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_seg_tenants text[],
     p_seg_queues text[],
@@ -28,17 +46,30 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_tokens uuid[],
     p_now timestamptz
 ) RETURNS TABLE (segment integer, result text, timers integer, first_offset bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     v_segments integer := coalesce(cardinality(p_seg_sizes), 0);
     v_rows integer := coalesce(cardinality(p_timer_keys), 0);
-    v_held integer[];          -- positions (1-based, into p_timer_keys) this call holds
-    v_live integer[] := '{}';  -- 0-based segment numbers whose rows are all held
+    -- Per position (1-based, aligned with p_timer_keys): the row's address when this call holds
+    -- it (NULL when it does not), and what its message will carry.
+    v_row_ids tid[];
+    v_message_ids uuid[];
+    v_txns text[];
+    v_payloads bytea[];
+    v_live integer[] := '{}';     -- 0-based segment numbers whose rows are all held
+    v_fired_rows tid[] := '{}';
     v_partition_ids bigint[] := '{}';
-    v_partition_of bigint[];   -- partition id per segment (index = segment + 1), once provisioned
+    v_partition_of bigint[];      -- partition id per segment (index = segment + 1)
     v_seg record;
+    v_held record;
     v_first bigint;
+    v_wanted integer[];
+    v_attempt integer;
+    -- Polls for a row that is ours but locked this instant: 1+2+4+8+16+32 ms at most. Not measured.
+    c_busy_retries constant integer := 6;
 BEGIN
     -- Guard the shape of the call before touching anything.
     IF p_now IS NULL THEN
@@ -69,51 +100,66 @@ BEGIN
         RAISE EXCEPTION 'log_timers_fire_v1: two segments name the same destination (tenant, queue, partition); a destination must be one segment per call'
             USING ERRCODE = '22023';
     END IF;
-    IF (SELECT count(DISTINCT (g.tenant, g.queue, k.key))
-        FROM unnest(p_timer_keys) WITH ORDINALITY AS k(key, pos)
-        JOIN (SELECT s.tenant, s.queue, sum(s.n) OVER (ORDER BY s.i) - s.n AS start, s.n
-              FROM unnest(p_seg_tenants, p_seg_queues, p_seg_sizes) WITH ORDINALITY AS s(tenant, queue, n, i)) g
-          ON k.pos > g.start AND k.pos <= g.start + g.n) <> v_rows THEN
+    IF (SELECT count(DISTINCT (r.tenant, r.queue, p_timer_keys[r.pos])) FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r)
+       <> v_rows THEN
         RAISE EXCEPTION 'log_timers_fire_v1: a timer appears twice in one call'
             USING ERRCODE = '22023';
     END IF;
 
-    -- Rows with their segment. Lock the ones still held with our token; skip any locked by others.
-    v_held := ARRAY(
-        WITH segs AS (
-            SELECT (s.i - 1)::integer AS seg, s.tenant, s.queue,
-                   (sum(s.n) OVER (ORDER BY s.i) - s.n)::integer AS start, s.n
-            FROM unnest(p_seg_tenants, p_seg_queues, p_seg_sizes) WITH ORDINALITY AS s(tenant, queue, n, i)
-        ), wanted AS (
-            SELECT k.pos::integer AS pos, g.tenant, g.queue, k.key, k.token
-            FROM unnest(p_timer_keys, p_tokens) WITH ORDINALITY AS k(key, token, pos)
-            JOIN segs g ON k.pos > g.start AND k.pos <= g.start + g.n
-        )
-        SELECT w.pos
-        FROM queen.log_timers t
-        JOIN wanted w ON t.tenant_id = w.tenant AND t.queue = w.queue AND t.timer_key = w.key
-        WHERE t.claim_token = w.token
-        FOR UPDATE OF t SKIP LOCKED
-    );
+    -- Lock the rows still held with our token, one primary-key probe each; skip any row another
+    -- transaction has locked (a fire never waits on a timer row).
+    v_row_ids := array_fill(NULL::tid, ARRAY[v_rows]);
+    v_message_ids := array_fill(NULL::uuid, ARRAY[v_rows]);
+    v_txns := array_fill(NULL::text, ARRAY[v_rows]);
+    v_payloads := array_fill(NULL::bytea, ARRAY[v_rows]);
+    v_wanted := ARRAY(SELECT g FROM generate_series(1, v_rows) AS g);
+    FOR v_attempt IN 0 .. c_busy_retries LOOP
+        IF v_attempt > 0 THEN
+            -- Still ours, but locked by somebody this instant: almost always a concurrent claim
+            -- whose index scan raced ours, rechecked the row under a lock and keeps that lock
+            -- until its own transaction ends, milliseconds later. Poll for it briefly instead of
+            -- calling the segment stale, which would strand the row until its lease ran out.
+            -- Polling is not waiting: this fire never queues on a timer row lock.
+            PERFORM pg_sleep(0.001 * (1 << (v_attempt - 1)));
+        END IF;
+        FOR v_held IN
+            SELECT r.pos, h.row_id, h.message_id, h.txn, h.payload
+            FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+            CROSS JOIN LATERAL (
+                SELECT t.ctid AS row_id, t.message_id, t.txn, t.payload
+                FROM queen.log_timers t
+                WHERE t.tenant_id = r.tenant AND t.queue = r.queue AND t.timer_key = p_timer_keys[r.pos]
+                  AND t.claim_token = p_tokens[r.pos]
+                FOR UPDATE OF t SKIP LOCKED
+            ) AS h
+            WHERE r.pos = ANY (v_wanted)
+        LOOP
+            v_row_ids[v_held.pos] := v_held.row_id;
+            v_message_ids[v_held.pos] := v_held.message_id;
+            v_txns[v_held.pos] := v_held.txn;
+            v_payloads[v_held.pos] := v_held.payload;
+        END LOOP;
+        -- Positions not held but still carrying our token in a plain read: locked by another.
+        v_wanted := ARRAY(
+            SELECT r.pos
+            FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+            WHERE v_row_ids[r.pos] IS NULL
+              AND EXISTS (SELECT 1 FROM queen.log_timers t
+                          WHERE t.tenant_id = r.tenant AND t.queue = r.queue
+                            AND t.timer_key = p_timer_keys[r.pos] AND t.claim_token = p_tokens[r.pos]));
+        EXIT WHEN cardinality(v_wanted) = 0;
+    END LOOP;
 
     FOR v_seg IN
-        SELECT (s.i - 1)::integer AS seg, s.tenant, s.queue, s.partition, s.n,
-               (sum(s.n) OVER (ORDER BY s.i) - s.n)::integer AS start
-        FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_sizes)
-             WITH ORDINALITY AS s(tenant, queue, partition, n, i)
-        ORDER BY s.i
+        SELECT s.seg, s.start, s.n FROM queen.fire_segments_v1(p_seg_sizes) AS s ORDER BY s.seg
     LOOP
-        IF (SELECT count(*) FROM unnest(v_held) AS h
-            WHERE h > v_seg.start AND h <= v_seg.start + v_seg.n) = v_seg.n THEN
+        IF array_position(v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n], NULL) IS NULL THEN
             v_live := v_live || v_seg.seg;
         ELSE
             -- Stale: give back what we still hold of it, visible at once.
             UPDATE queen.log_timers t
             SET claim_token = NULL, claimed_until = NULL
-            FROM unnest(p_timer_keys, p_tokens) WITH ORDINALITY AS k(key, token, pos)
-            WHERE k.pos > v_seg.start AND k.pos <= v_seg.start + v_seg.n
-              AND k.pos = ANY (v_held)
-              AND t.tenant_id = v_seg.tenant AND t.queue = v_seg.queue AND t.timer_key = k.key;
+            WHERE t.ctid = ANY (v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n]);
             segment := v_seg.seg; result := 'stale'; timers := v_seg.n; first_offset := NULL;
             RETURN NEXT;
         END IF;
@@ -139,32 +185,20 @@ BEGIN
     PERFORM 1 FROM queen.log_partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE;
 
     FOR v_seg IN
-        SELECT (s.i - 1)::integer AS seg, s.tenant, s.queue, s.partition, s.n,
-               (sum(s.n) OVER (ORDER BY s.i) - s.n)::integer AS start
-        FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_sizes)
-             WITH ORDINALITY AS s(tenant, queue, partition, n, i)
-        ORDER BY s.i
+        SELECT s.seg, s.start, s.n FROM queen.fire_segments_v1(p_seg_sizes) AS s
+        WHERE s.seg = ANY (v_live) ORDER BY s.seg
     LOOP
-        CONTINUE WHEN NOT (v_seg.seg = ANY (v_live));
-        SELECT queen.log_append_v1(
-                   v_partition_of[v_seg.seg + 1],
-                   array_agg(t.message_id ORDER BY k.pos),
-                   array_agg(t.txn ORDER BY k.pos),
-                   array_agg(t.payload ORDER BY k.pos),
-                   p_now)
-        INTO v_first
-        FROM unnest(p_timer_keys) WITH ORDINALITY AS k(key, pos)
-        JOIN queen.log_timers t
-          ON t.tenant_id = v_seg.tenant AND t.queue = v_seg.queue AND t.timer_key = k.key
-        WHERE k.pos > v_seg.start AND k.pos <= v_seg.start + v_seg.n;
-
-        DELETE FROM queen.log_timers t
-        USING unnest(p_timer_keys) WITH ORDINALITY AS k(key, pos)
-        WHERE k.pos > v_seg.start AND k.pos <= v_seg.start + v_seg.n
-          AND t.tenant_id = v_seg.tenant AND t.queue = v_seg.queue AND t.timer_key = k.key;
-
+        v_first := queen.log_append_v1(
+            v_partition_of[v_seg.seg + 1],
+            v_message_ids[v_seg.start + 1 : v_seg.start + v_seg.n],
+            v_txns[v_seg.start + 1 : v_seg.start + v_seg.n],
+            v_payloads[v_seg.start + 1 : v_seg.start + v_seg.n],
+            p_now);
+        v_fired_rows := v_fired_rows || v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n];
         segment := v_seg.seg; result := 'fired'; timers := v_seg.n; first_offset := v_first;
         RETURN NEXT;
     END LOOP;
+
+    DELETE FROM queen.log_timers t WHERE t.ctid = ANY (v_fired_rows);
 END;
 $$;

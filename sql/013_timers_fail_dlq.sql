@@ -20,7 +20,9 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
     p_max_attempts integer,
     p_now timestamptz
 ) RETURNS TABLE (tenant_id text, queue text, timer_key text, attempts integer, exhausted boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     v_rows integer := coalesce(cardinality(p_timer_keys), 0);
@@ -78,7 +80,9 @@ CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
     p_tokens uuid[],
     p_now timestamptz
 ) RETURNS TABLE (tenant_id text, queue text, timer_key text, dlq_id bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     v_rows integer := coalesce(cardinality(p_timer_keys), 0);

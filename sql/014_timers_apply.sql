@@ -21,7 +21,9 @@
 CREATE OR REPLACE FUNCTION queen.log_timers_apply_v1(
     p_tenant text, p_ops jsonb, p_now timestamptz
 ) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     c_allowed constant text[] := ARRAY['op', 'queue', 'timerKey', 'partition', 'delayMs', 'txn',
@@ -44,6 +46,9 @@ DECLARE
     v_status text;
     v_message_id uuid;
     v_inserted integer;
+    -- Rounds of insert-then-lock a schedule tries when concurrent callers keep inserting and
+    -- deleting the same key under it; each extra round needs two more concurrent commits on it.
+    c_insert_attempts constant integer := 5;
 BEGIN
     IF coalesce(p_tenant, '') = '' THEN
         RAISE EXCEPTION 'log_timers_apply_v1: tenant must be non-empty' USING ERRCODE = '22023';
@@ -131,22 +136,31 @@ BEGIN
 
         IF NOT FOUND AND v_kind = 'schedule' THEN
             v_message_id := gen_random_uuid();
-            INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,
-                                          message_id, payload, created_at)
-            VALUES (p_tenant, v_op->>'queue', v_op->>'timerKey', coalesce(v_op->>'partition', 'default'),
-                    v_deliver_at, coalesce(v_op->>'txn', v_message_id::text), v_message_id, v_payload, p_now)
-            ON CONFLICT (tenant_id, queue, timer_key) DO NOTHING;
-            GET DIAGNOSTICS v_inserted = ROW_COUNT;
-            IF v_inserted > 0 THEN
-                v_status := 'scheduled';
-            ELSE
+            v_status := NULL;
+            FOR v_attempt IN 1..c_insert_attempts LOOP
+                INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,
+                                              message_id, payload, created_at)
+                VALUES (p_tenant, v_op->>'queue', v_op->>'timerKey', coalesce(v_op->>'partition', 'default'),
+                        v_deliver_at, coalesce(v_op->>'txn', v_message_id::text), v_message_id, v_payload, p_now)
+                ON CONFLICT (tenant_id, queue, timer_key) DO NOTHING;
+                GET DIAGNOSTICS v_inserted = ROW_COUNT;
+                IF v_inserted > 0 THEN
+                    v_status := 'scheduled';
+                    EXIT;
+                END IF;
                 -- A concurrent caller inserted the same key and committed while we looked: treat
-                -- it as existing.
-                SELECT * INTO STRICT v_row FROM queen.log_timers t
+                -- it as existing. By the time we lock it, it may be gone again (cancelled or fired
+                -- meanwhile); then the key is free and we insert once more.
+                SELECT * INTO v_row FROM queen.log_timers t
                 WHERE t.tenant_id = p_tenant AND t.queue = v_op->>'queue' AND t.timer_key = v_op->>'timerKey'
                 FOR UPDATE;
-                v_status := NULL;
-            END IF;
+                EXIT WHEN FOUND;
+                IF v_attempt = c_insert_attempts THEN
+                    RAISE EXCEPTION 'log_timers_apply_v1: op %: (%, %) was inserted and deleted again by concurrent callers % times; retry the call',
+                        v_idx, v_op->>'queue', v_op->>'timerKey', c_insert_attempts
+                        USING ERRCODE = '40001';
+                END IF;
+            END LOOP;
         ELSIF NOT FOUND THEN
             v_status := 'absent';
         ELSE

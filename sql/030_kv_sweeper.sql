@@ -19,7 +19,9 @@
 CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(
     p_shards integer[], p_now timestamptz, p_max_rows integer, p_unpruned_cap integer DEFAULT 10000
 ) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     v_found integer;
@@ -105,7 +107,9 @@ $$;
 CREATE OR REPLACE FUNCTION queen.kv_usage_step_v1(
     p_after_tenant text, p_now timestamptz, p_max_tenants integer
 ) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
 #variable_conflict use_column
 DECLARE
     v_after text := coalesce(p_after_tenant, '');
@@ -143,37 +147,50 @@ BEGIN
     v_done := cardinality(v_tenants) < p_max_tenants;
     v_last := v_tenants[cardinality(v_tenants)];
 
-    INSERT INTO queen.kv_usage AS u (tenant_id, kv_rows, kv_bytes, timer_rows, timer_bytes, measured_at)
-    SELECT tn.tenant,
-           coalesce(kvs.n, 0), coalesce(kvs.bytes, 0),
-           coalesce(tms.n, 0), coalesce(tms.bytes, 0),
-           p_now
-    FROM unnest(v_tenants) AS tn(tenant)
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS n,
-               sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS bytes
-        FROM queen.kv k
-        WHERE k.tenant_id = tn.tenant AND queen.kv_live_v1(k.expires_at, p_now)
-    ) AS kvs ON true
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS n,
-               sum(octet_length(t.queue) + octet_length(t.timer_key) + octet_length(t.payload)) AS bytes
-        FROM queen.log_timers t
-        WHERE t.tenant_id = tn.tenant
-    ) AS tms ON true
-    ON CONFLICT (tenant_id) DO UPDATE
-    SET kv_rows = EXCLUDED.kv_rows, kv_bytes = EXCLUDED.kv_bytes,
-        timer_rows = EXCLUDED.timer_rows, timer_bytes = EXCLUDED.timer_bytes,
-        measured_at = EXCLUDED.measured_at;
-
-    -- Tenants we have numbers for but that have no rows left in the range this step covered.
-    UPDATE queen.kv_usage u
-    SET kv_rows = 0, kv_bytes = 0, timer_rows = 0, timer_bytes = 0, measured_at = p_now
-    WHERE u.tenant_id > v_after
-      AND (v_done OR u.tenant_id <= v_last)
-      AND NOT (u.tenant_id = ANY (v_tenants))
-      AND (u.kv_rows, u.kv_bytes, u.timer_rows, u.timer_bytes) <> (0, 0, 0, 0);
-    GET DIAGNOSTICS v_zeroed = ROW_COUNT;
+    -- One statement writes every kv_usage row of this step, measured and zeroed alike, in tenant
+    -- order. Two rollups whose snapshots disagree on which tenants drained (rows were written and
+    -- pruned or fired between them) would otherwise lock the same rows in crossed orders, the
+    -- measured ones first and the zeroed ones after, and deadlock each other.
+    WITH measured AS (
+        SELECT tn.tenant,
+               coalesce(kvs.n, 0) AS kv_rows, coalesce(kvs.bytes, 0) AS kv_bytes,
+               coalesce(tms.n, 0) AS timer_rows, coalesce(tms.bytes, 0) AS timer_bytes,
+               false AS zeroing
+        FROM unnest(v_tenants) AS tn(tenant)
+        LEFT JOIN LATERAL (
+            SELECT count(*) AS n,
+                   sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS bytes
+            FROM queen.kv k
+            WHERE k.tenant_id = tn.tenant AND queen.kv_live_v1(k.expires_at, p_now)
+        ) AS kvs ON true
+        LEFT JOIN LATERAL (
+            SELECT count(*) AS n,
+                   sum(octet_length(t.queue) + octet_length(t.timer_key) + octet_length(t.payload)) AS bytes
+            FROM queen.log_timers t
+            WHERE t.tenant_id = tn.tenant
+        ) AS tms ON true
+        UNION ALL
+        -- Tenants we have numbers for but that have no rows left in the range this step covered.
+        SELECT u.tenant_id, 0, 0, 0, 0, true
+        FROM queen.kv_usage u
+        WHERE u.tenant_id > v_after
+          AND (v_done OR u.tenant_id <= v_last)
+          AND NOT (u.tenant_id = ANY (v_tenants))
+          AND (u.kv_rows, u.kv_bytes, u.timer_rows, u.timer_bytes) <> (0, 0, 0, 0)
+    ), written AS (
+        INSERT INTO queen.kv_usage AS u (tenant_id, kv_rows, kv_bytes, timer_rows, timer_bytes, measured_at)
+        SELECT m.tenant, m.kv_rows, m.kv_bytes, m.timer_rows, m.timer_bytes, p_now
+        FROM measured m
+        ORDER BY m.tenant
+        ON CONFLICT (tenant_id) DO UPDATE
+        SET kv_rows = EXCLUDED.kv_rows, kv_bytes = EXCLUDED.kv_bytes,
+            timer_rows = EXCLUDED.timer_rows, timer_bytes = EXCLUDED.timer_bytes,
+            measured_at = EXCLUDED.measured_at
+        RETURNING u.tenant_id
+    )
+    SELECT count(*) INTO v_zeroed
+    FROM written w JOIN measured m ON m.tenant = w.tenant_id
+    WHERE m.zeroing;
 
     RETURN jsonb_strip_nulls(jsonb_build_object(
         'tenants', cardinality(v_tenants), 'zeroed', v_zeroed, 'done', v_done, 'lastTenant', v_last));

@@ -55,7 +55,12 @@ impl Default for LaneSizes {
     /// The sweeper's loop runs one call at a time; two maintenance slots leave room for the
     /// switch refresh beside it. Not measured.
     fn default() -> Self {
-        LaneSizes { push: 8, pop: 8, ack: 8, maintenance: 2 }
+        LaneSizes {
+            push: 8,
+            pop: 8,
+            ack: 8,
+            maintenance: 2,
+        }
     }
 }
 
@@ -108,8 +113,14 @@ impl Admission {
     }
 
     async fn take<L: Lane>(semaphore: &Arc<Semaphore>) -> Slot<L> {
-        let permit = Arc::clone(semaphore).acquire_owned().await.expect("admission semaphores are never closed");
-        Slot { _permit: permit, _lane: PhantomData }
+        let permit = Arc::clone(semaphore)
+            .acquire_owned()
+            .await
+            .expect("admission semaphores are never closed");
+        Slot {
+            _permit: permit,
+            _lane: PhantomData,
+        }
     }
 }
 
@@ -119,7 +130,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_slot_is_held_until_dropped_and_lanes_are_independent() {
-        let admission = Admission::new(LaneSizes { push: 1, pop: 1, ack: 1, maintenance: 1 });
+        let admission = Admission::new(LaneSizes {
+            push: 1,
+            pop: 1,
+            ack: 1,
+            maintenance: 1,
+        });
         let slot = admission.maintenance().await;
         assert_eq!(admission.maintenance_available(), 0);
         // The push lane is not affected by a full maintenance lane.
@@ -129,7 +145,10 @@ mod tests {
             async move { admission.maintenance().await }
         });
         tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "a second maintenance call waits for the slot");
+        assert!(
+            !waiting.is_finished(),
+            "a second maintenance call waits for the slot"
+        );
         drop(slot);
         let _second = waiting.await.unwrap();
         assert_eq!(admission.maintenance_available(), 0);
@@ -137,7 +156,12 @@ mod tests {
 
     #[test]
     fn a_zero_sized_lane_still_admits_one_call() {
-        let admission = Admission::new(LaneSizes { push: 0, pop: 0, ack: 0, maintenance: 0 });
+        let admission = Admission::new(LaneSizes {
+            push: 0,
+            pop: 0,
+            ack: 0,
+            maintenance: 0,
+        });
         assert_eq!(admission.maintenance_available(), 1);
     }
 }

@@ -126,7 +126,10 @@ impl Config {
         for name in vars.keys() {
             if name != FORBIDDEN_SHARDS_VAR && !knob::ALL.iter().any(|knob| knob.var == name) {
                 let known: Vec<&str> = knob::ALL.iter().map(|knob| knob.var).collect();
-                problems.push(format!("{name} is not a sweeper setting (known: {})", known.join(", ")));
+                problems.push(format!(
+                    "{name} is not a sweeper setting (known: {})",
+                    known.join(", ")
+                ));
             }
         }
         let mut parsed = BTreeMap::new();
@@ -204,7 +207,10 @@ impl Config {
             self.sleep_ms_min <= self.sleep_ms_max,
             format!(
                 "{}={} is above {}={}: the floor must not exceed the ceiling",
-                knob::MIN_SLEEP_MS.var, self.sleep_ms_min, knob::MAX_SLEEP_MS.var, self.sleep_ms_max
+                knob::MIN_SLEEP_MS.var,
+                self.sleep_ms_min,
+                knob::MAX_SLEEP_MS.var,
+                self.sleep_ms_max
             ),
         );
         relation(
@@ -221,31 +227,47 @@ impl Config {
             self.empty_claim_ms_max <= self.sleep_ms_max,
             format!(
                 "{}={} is above {}={}: no sleep may exceed the ceiling, which is the cross-broker delivery bound",
-                knob::EMPTY_CLAIM_MAX_MS.var, self.empty_claim_ms_max, knob::MAX_SLEEP_MS.var, self.sleep_ms_max
+                knob::EMPTY_CLAIM_MAX_MS.var,
+                self.empty_claim_ms_max,
+                knob::MAX_SLEEP_MS.var,
+                self.sleep_ms_max
             ),
         );
         relation(
             self.empty_claim_ms_min >= self.sleep_ms_min,
             format!(
                 "{}={} is below {}={}: backing off after an empty claim must not be faster than the floor",
-                knob::EMPTY_CLAIM_MIN_MS.var, self.empty_claim_ms_min, knob::MIN_SLEEP_MS.var, self.sleep_ms_min
+                knob::EMPTY_CLAIM_MIN_MS.var,
+                self.empty_claim_ms_min,
+                knob::MIN_SLEEP_MS.var,
+                self.sleep_ms_min
             ),
         );
         relation(
             self.lease_ms >= 2 * self.statement_timeout_ms,
             format!(
                 "{}={} is shorter than twice {}={}: a pass stops claiming at half the lease, so a fire that may run for a whole statement timeout would outlive its lease and come back stale",
-                knob::LEASE_MS.var, self.lease_ms, knob::STATEMENT_TIMEOUT_MS.var, self.statement_timeout_ms
+                knob::LEASE_MS.var,
+                self.lease_ms,
+                knob::STATEMENT_TIMEOUT_MS.var,
+                self.statement_timeout_ms
             ),
         );
         relation(
             self.claim_batch <= self.cycle_max_rows,
             format!(
                 "{}={} is above {}={}: one claim may not exceed the whole pass",
-                knob::CLAIM_BATCH.var, self.claim_batch, knob::CYCLE_MAX_ROWS.var, self.cycle_max_rows
+                knob::CLAIM_BATCH.var,
+                self.claim_batch,
+                knob::CYCLE_MAX_ROWS.var,
+                self.cycle_max_rows
             ),
         );
-        if problems.is_empty() { Ok(()) } else { Err(Error::Config(problems.join("\n"))) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(problems.join("\n")))
+        }
     }
 
     pub fn lease(&self) -> Duration {
@@ -282,7 +304,11 @@ impl Config {
             u64::from(self.kv_expire_batch),
             self.kv_usage_every_ms,
         ];
-        knob::ALL.iter().zip(values).map(|(knob, value)| format!("{}={value}", knob.var)).collect()
+        knob::ALL
+            .iter()
+            .zip(values)
+            .map(|(knob, value)| format!("{}={value}", knob.var))
+            .collect()
     }
 }
 
@@ -297,11 +323,18 @@ fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
             knob.var, knob.min, knob.max, knob.help
         )
     })?;
-    if (knob.min..=knob.max).contains(&value) { Ok(value) } else { Err(out_of_range(knob, raw)) }
+    if (knob.min..=knob.max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(out_of_range(knob, raw))
+    }
 }
 
 fn out_of_range(knob: &Knob, raw: &str) -> String {
-    format!("{}={raw:?} is out of range; allowed: an integer in {}..={} ({})", knob.var, knob.min, knob.max, knob.help)
+    format!(
+        "{}={raw:?} is out of range; allowed: an integer in {}..={} ({})",
+        knob.var, knob.min, knob.max, knob.help
+    )
 }
 
 #[cfg(test)]
@@ -309,7 +342,8 @@ mod tests {
     use super::*;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, String> {
-        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).map_err(|e| e.to_string())
+        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -318,15 +352,25 @@ mod tests {
         assert_eq!(c, Config::default());
         assert_eq!((c.sleep_ms_min, c.sleep_ms_max), (5, 1000));
         assert_eq!((c.empty_claim_ms_min, c.empty_claim_ms_max), (25, 200));
-        assert_eq!((c.lease_ms, c.claim_batch, c.cycle_max_rows), (30_000, 200, 5_000));
+        assert_eq!(
+            (c.lease_ms, c.claim_batch, c.cycle_max_rows),
+            (30_000, 200, 5_000)
+        );
         assert_eq!(c.max_fire_bytes, 8 * 1024 * 1024);
         assert_eq!(c.due_cap, 2_000);
-        assert_eq!((c.kv_expire_every_ms, c.kv_expire_batch, c.kv_usage_every_ms), (1_000, 1_000, 300_000));
+        assert_eq!(
+            (c.kv_expire_every_ms, c.kv_expire_batch, c.kv_usage_every_ms),
+            (1_000, 1_000, 300_000)
+        );
     }
 
     #[test]
     fn a_valid_value_is_taken() {
-        let c = config(&[("QUEEN_SWEEPER_LEASE_MS", "60000"), ("QUEEN_KV_EXPIRE_BATCH", " 250 ")]).unwrap();
+        let c = config(&[
+            ("QUEEN_SWEEPER_LEASE_MS", "60000"),
+            ("QUEEN_KV_EXPIRE_BATCH", " 250 "),
+        ])
+        .unwrap();
         assert_eq!(c.lease_ms, 60_000);
         assert_eq!(c.kv_expire_batch, 250);
     }
@@ -346,9 +390,15 @@ mod tests {
     #[test]
     fn negative_and_non_numeric_values_are_rejected_by_name() {
         let e = config(&[("QUEEN_SWEEPER_MAX_SLEEP_MS", "-5")]).unwrap_err();
-        assert!(e.contains("QUEEN_SWEEPER_MAX_SLEEP_MS=\"-5\" is out of range"), "{e}");
+        assert!(
+            e.contains("QUEEN_SWEEPER_MAX_SLEEP_MS=\"-5\" is out of range"),
+            "{e}"
+        );
         let e = config(&[("QUEEN_KV_USAGE_EVERY_MS", "5m")]).unwrap_err();
-        assert!(e.contains("QUEEN_KV_USAGE_EVERY_MS=\"5m\" is not a whole number"), "{e}");
+        assert!(
+            e.contains("QUEEN_KV_USAGE_EVERY_MS=\"5m\" is not a whole number"),
+            "{e}"
+        );
         let e = config(&[("QUEEN_SWEEPER_DUE_CAP", "")]).unwrap_err();
         assert!(e.contains("QUEEN_SWEEPER_DUE_CAP"), "{e}");
         let e = config(&[("QUEEN_SWEEPER_LEASE_MS", "99999999999999999999999")]).unwrap_err();
@@ -359,8 +409,11 @@ mod tests {
     fn min_above_max_is_rejected() {
         let e = config(&[("QUEEN_SWEEPER_MIN_SLEEP_MS", "2000")]).unwrap_err();
         assert!(e.contains("the floor must not exceed the ceiling"), "{e}");
-        let e = config(&[("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", "150"), ("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", "100")])
-            .unwrap_err();
+        let e = config(&[
+            ("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", "150"),
+            ("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", "100"),
+        ])
+        .unwrap_err();
         assert!(e.contains("band is inverted"), "{e}");
     }
 
@@ -372,22 +425,38 @@ mod tests {
 
     #[test]
     fn a_lease_shorter_than_twice_the_statement_timeout_is_rejected() {
-        let e = config(&[("QUEEN_SWEEPER_LEASE_MS", "9999"), ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000")])
-            .unwrap_err();
+        let e = config(&[
+            ("QUEEN_SWEEPER_LEASE_MS", "9999"),
+            ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000"),
+        ])
+        .unwrap_err();
         assert!(e.contains("QUEEN_SWEEPER_LEASE_MS=9999 is shorter than twice QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS=5000"), "{e}");
-        assert!(config(&[("QUEEN_SWEEPER_LEASE_MS", "10000"), ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000")]).is_ok());
+        assert!(
+            config(&[
+                ("QUEEN_SWEEPER_LEASE_MS", "10000"),
+                ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "5000")
+            ])
+            .is_ok()
+        );
     }
 
     #[test]
     fn a_claim_batch_above_the_pass_budget_is_rejected() {
-        let e = config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "600"), ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "500")]).unwrap_err();
+        let e = config(&[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "600"),
+            ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "500"),
+        ])
+        .unwrap_err();
         assert!(e.contains("one claim may not exceed the whole pass"), "{e}");
     }
 
     #[test]
     fn setting_the_shard_count_is_an_error_that_explains_why() {
         let e = config(&[("QUEEN_SWEEPER_SHARDS", "16")]).unwrap_err();
-        assert!(e.contains("QUEEN_SWEEPER_SHARDS=\"16\" is set, and it must not exist"), "{e}");
+        assert!(
+            e.contains("QUEEN_SWEEPER_SHARDS=\"16\" is set, and it must not exist"),
+            "{e}"
+        );
         assert!(e.contains("every broker scans all 64"), "{e}");
         assert!(e.contains("orphan"), "{e}");
     }
@@ -395,19 +464,33 @@ mod tests {
     #[test]
     fn a_misspelt_knob_is_an_error_not_a_silent_default() {
         let e = config(&[("QUEEN_SWEEPER_LEASE", "1000")]).unwrap_err();
-        assert!(e.contains("QUEEN_SWEEPER_LEASE is not a sweeper setting"), "{e}");
+        assert!(
+            e.contains("QUEEN_SWEEPER_LEASE is not a sweeper setting"),
+            "{e}"
+        );
     }
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let e = config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "x"), ("QUEEN_KV_EXPIRE_BATCH", "0")]).unwrap_err();
-        assert!(e.contains("QUEEN_SWEEPER_CLAIM_BATCH") && e.contains("QUEEN_KV_EXPIRE_BATCH"), "{e}");
+        let e = config(&[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "x"),
+            ("QUEEN_KV_EXPIRE_BATCH", "0"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("QUEEN_SWEEPER_CLAIM_BATCH") && e.contains("QUEEN_KV_EXPIRE_BATCH"),
+            "{e}"
+        );
     }
 
     #[test]
     fn every_knob_default_is_inside_its_own_range() {
         for knob in knob::ALL {
-            assert!((knob.min..=knob.max).contains(&knob.default), "{}", knob.var);
+            assert!(
+                (knob.min..=knob.max).contains(&knob.default),
+                "{}",
+                knob.var
+            );
         }
     }
 
@@ -416,7 +499,11 @@ mod tests {
         let sql = crate::schema::FILES[0].text;
         for knob in knob::ALL {
             let marker = format!("] {} = {}", knob.var, knob.default);
-            assert!(sql.contains(&marker), "001_log_schema.sql lacks a marker for {}", knob.var);
+            assert!(
+                sql.contains(&marker),
+                "001_log_schema.sql lacks a marker for {}",
+                knob.var
+            );
         }
     }
 }

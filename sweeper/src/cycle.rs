@@ -47,7 +47,7 @@ pub enum EmptyClaimForm {
 
 /// A source of jitter samples in [0, 1]. Production draws from the OS; the simulation from its
 /// seed.
-pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
+pub type Jitter = Box<dyn FnMut() -> f64 + Send + Sync>;
 
 /// What one pass did, for tests, the simulation and the soak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,12 @@ impl<S: Store> Sweeper<S> {
     }
 
     /// As [`Sweeper::new`], with jitter from `jitter` (the simulation passes its seeded RNG).
-    pub fn with_jitter(store: Arc<S>, config: Config, identity: impl Into<String>, mut jitter: Jitter) -> Sweeper<S> {
+    pub fn with_jitter(
+        store: Arc<S>,
+        config: Config,
+        identity: impl Into<String>,
+        mut jitter: Jitter,
+    ) -> Sweeper<S> {
         let identity = identity.into();
         let now = clock::tokio_now();
         let subclocks = SubClocks::new(&config, now, jitter());
@@ -206,7 +211,8 @@ impl<S: Store> Sweeper<S> {
         self.waker.begin_pass();
         let started = clock::tokio_now();
         self.refresh_switches(started).await;
-        let start_shard = ((u64::from(self.identity_shard) + self.passes) % u64::from(SHARD_COUNT)) as u8;
+        let start_shard =
+            ((u64::from(self.identity_shard) + self.passes) % u64::from(SHARD_COUNT)) as u8;
         let shards = ShardOrder::starting_at(start_shard);
         self.passes += 1;
 
@@ -220,14 +226,28 @@ impl<S: Store> Sweeper<S> {
             _ => None,
         };
         let pressured = matches!(&probe, Ok(p) if p.due_capped)
-            || matches!(drain.map(|d| d.stop), Some(DrainStop::RowBudget | DrainStop::LeaseBudget));
-        self.pressure = if pressured { self.pressure.saturating_add(1) } else { 0 };
+            || matches!(
+                drain.map(|d| d.stop),
+                Some(DrainStop::RowBudget | DrainStop::LeaseBudget)
+            );
+        self.pressure = if pressured {
+            self.pressure.saturating_add(1)
+        } else {
+            0
+        };
         self.adapt_batch(drain.as_ref(), &probe);
 
         let timer = clock::tokio_now();
         let subclocks = self
             .subclocks
-            .run(&*self.store, &self.admission, &self.metrics, &shards, timer, self.pressure)
+            .run(
+                &*self.store,
+                &self.admission,
+                &self.metrics,
+                &shards,
+                timer,
+                self.pressure,
+            )
             .await;
         self.observe_phase("subclocks", timer);
 
@@ -235,7 +255,14 @@ impl<S: Store> Sweeper<S> {
         let sleep = sleep_for(outcome, Bands::from_config(&self.config), (self.jitter)());
         self.metrics.sleep_ms.observe(sleep.as_millis() as f64);
         self.observe_phase("pass", started);
-        PassReport { start_shard, probe: probe.ok(), drain, subclocks, outcome, sleep }
+        PassReport {
+            start_shard,
+            probe: probe.ok(),
+            drain,
+            subclocks,
+            outcome,
+            sleep,
+        }
     }
 
     async fn probe(&self, shards: &ShardOrder) -> Result<Probe, Class> {
@@ -249,7 +276,9 @@ impl<S: Store> Sweeper<S> {
             Ok(probe) => {
                 self.metrics.due_backlog.set(i64::from(probe.due));
                 self.metrics.due_capped.set(i64::from(probe.due_capped));
-                self.metrics.oldest_lateness_ms.set(i64::try_from(probe.late_ms).unwrap_or(i64::MAX));
+                self.metrics
+                    .oldest_lateness_ms
+                    .set(i64::try_from(probe.late_ms).unwrap_or(i64::MAX));
                 Ok(probe)
             }
             Err(error) => {
@@ -277,11 +306,16 @@ impl<S: Store> Sweeper<S> {
     /// switches itself off. A clean pass grows the batch back to the configured size.
     fn adapt_batch(&mut self, drain: Option<&DrainReport>, probe: &Result<Probe, Class>) {
         let struggled = matches!(probe, Err(Class::Transient))
-            || drain.is_some_and(|d| d.transient_failures > 0 || d.stop == DrainStop::ClaimFailed(Class::Transient));
+            || drain.is_some_and(|d| {
+                d.transient_failures > 0 || d.stop == DrainStop::ClaimFailed(Class::Transient)
+            });
         self.limits.claim_batch = if struggled {
             (self.limits.claim_batch / 2).max(1)
         } else {
-            self.limits.claim_batch.saturating_mul(2).min(self.config.claim_batch)
+            self.limits
+                .claim_batch
+                .saturating_mul(2)
+                .min(self.config.claim_batch)
         };
     }
 
@@ -301,9 +335,10 @@ impl<S: Store> Sweeper<S> {
         };
         match drain.stop {
             DrainStop::EmptyClaim if drain.first_claim_empty() => self.after_empty_claim(),
-            DrainStop::EmptyClaim | DrainStop::RowBudget | DrainStop::LeaseBudget | DrainStop::Shutdown => {
-                Outcome::WorkAvailable
-            }
+            DrainStop::EmptyClaim
+            | DrainStop::RowBudget
+            | DrainStop::LeaseBudget
+            | DrainStop::Shutdown => Outcome::WorkAvailable,
             DrainStop::ClaimFailed(_) => Outcome::NothingDue,
         }
     }
@@ -317,7 +352,10 @@ impl<S: Store> Sweeper<S> {
     }
 
     async fn refresh_switches(&mut self, now: Instant) {
-        if self.switches_read_at.is_some_and(|at| now.saturating_duration_since(at) < SWITCH_REFRESH) {
+        if self
+            .switches_read_at
+            .is_some_and(|at| now.saturating_duration_since(at) < SWITCH_REFRESH)
+        {
             return;
         }
         self.switches_read_at = Some(now);
@@ -329,17 +367,22 @@ impl<S: Store> Sweeper<S> {
     }
 
     fn observe_phase(&self, phase: &'static str, since: Instant) {
-        let seconds = clock::tokio_now().saturating_duration_since(since).as_secs_f64();
-        self.metrics.phase_seconds.get_or_create(&PhaseLabel { phase }).observe(seconds);
+        let seconds = clock::tokio_now()
+            .saturating_duration_since(since)
+            .as_secs_f64();
+        self.metrics
+            .phase_seconds
+            .get_or_create(&PhaseLabel { phase })
+            .observe(seconds);
     }
 }
 
 /// The starting shard derived from a broker's identity (FNV-1a, so it is the same in every
 /// process and every run).
 pub fn identity_shard(identity: &str) -> u8 {
-    let hash = identity
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    let hash = identity.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
     (hash % u64::from(SHARD_COUNT)) as u8
 }
 
@@ -350,8 +393,14 @@ mod tests {
     #[test]
     fn the_identity_shard_is_stable_and_spreads_brokers() {
         assert_eq!(identity_shard("broker-1"), identity_shard("broker-1"));
-        let starts: std::collections::HashSet<u8> = (0..16).map(|i| identity_shard(&format!("broker-{i}"))).collect();
-        assert!(starts.len() >= 10, "16 brokers start at only {} distinct shards", starts.len());
+        let starts: std::collections::HashSet<u8> = (0..16)
+            .map(|i| identity_shard(&format!("broker-{i}")))
+            .collect();
+        assert!(
+            starts.len() >= 10,
+            "16 brokers start at only {} distinct shards",
+            starts.len()
+        );
         assert!((0..1000).all(|i| identity_shard(&format!("b{i}")) < 64));
     }
 }

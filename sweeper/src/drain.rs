@@ -33,7 +33,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::store::{
-    ClaimedTimer, Destination, FailRow, FireCall, Segment, SegmentResult, ShardOrder, Store, TimerRef,
+    ClaimedTimer, Destination, FailRow, FireCall, Segment, SegmentResult, ShardOrder, Store,
+    TimerRef,
 };
 
 /// Bytes a fired timer writes beyond its payload: the message row and its index entry, the
@@ -169,7 +170,9 @@ impl<S: Store> Drainer<'_, S> {
                 report.stop = stop;
                 return report;
             }
-            let batch = limits.claim_batch.min(limits.cycle_max_rows - report.claimed as u32);
+            let batch = limits
+                .claim_batch
+                .min(limits.cycle_max_rows - report.claimed as u32);
             let rows = match self.claim(shards, limits, batch, &mut report).await {
                 Ok(rows) if rows.is_empty() => {
                     report.stop = DrainStop::EmptyClaim;
@@ -195,7 +198,9 @@ impl<S: Store> Drainer<'_, S> {
                 report.stop = DrainStop::RowBudget;
                 break;
             }
-            let batch = limits.claim_batch.min(limits.cycle_max_rows - report.claimed as u32);
+            let batch = limits
+                .claim_batch
+                .min(limits.cycle_max_rows - report.claimed as u32);
             match self.claim(shards, limits, batch, &mut report).await {
                 Ok(rows) if rows.is_empty() => {
                     report.stop = DrainStop::EmptyClaim;
@@ -214,7 +219,12 @@ impl<S: Store> Drainer<'_, S> {
         report
     }
 
-    fn budget_spent(&self, started: Instant, report: &DrainReport, limits: &DrainLimits) -> Option<DrainStop> {
+    fn budget_spent(
+        &self,
+        started: Instant,
+        report: &DrainReport,
+        limits: &DrainLimits,
+    ) -> Option<DrainStop> {
         if self.shutdown.is_cancelled() {
             Some(DrainStop::Shutdown)
         } else if report.claimed >= u64::from(limits.cycle_max_rows) {
@@ -236,9 +246,17 @@ impl<S: Store> Drainer<'_, S> {
         let slot = self.admission.maintenance().await;
         self.metrics.query("claim");
         report.claims += 1;
-        match self.store.claim(&slot, shards, limits.lease, batch, limits.per_tenant).await {
+        match self
+            .store
+            .claim(&slot, shards, limits.lease, batch, limits.per_tenant)
+            .await
+        {
             Ok(rows) => {
-                assert!(rows.len() <= batch as usize, "a claim returned {} rows for a batch of {batch}", rows.len());
+                assert!(
+                    rows.len() <= batch as usize,
+                    "a claim returned {} rows for a batch of {batch}",
+                    rows.len()
+                );
                 if rows.is_empty() && report.claimed == 0 {
                     self.metrics.empty_claims.inc();
                 }
@@ -259,10 +277,24 @@ impl<S: Store> Drainer<'_, S> {
 
     /// Fires claimed rows in byte-capped calls, replaying segments one per call after a
     /// permanent failure.
-    async fn fire_rows(&self, rows: &[ClaimedTimer], limits: &DrainLimits, report: &mut DrainReport) {
+    async fn fire_rows(
+        &self,
+        rows: &[ClaimedTimer],
+        limits: &DrainLimits,
+        report: &mut DrainReport,
+    ) {
         let attempts: HashMap<(&str, &str, &str), u32> = rows
             .iter()
-            .map(|r| ((r.destination.tenant.as_str(), r.destination.queue.as_str(), r.timer_key.as_str()), r.attempts))
+            .map(|r| {
+                (
+                    (
+                        r.destination.tenant.as_str(),
+                        r.destination.queue.as_str(),
+                        r.timer_key.as_str(),
+                    ),
+                    r.attempts,
+                )
+            })
             .collect();
         let mut calls: VecDeque<FireCall> = plan_fire_calls(rows, limits.max_fire_bytes).into();
         while let Some(call) = calls.pop_front() {
@@ -271,7 +303,11 @@ impl<S: Store> Drainer<'_, S> {
             report.fire_calls += 1;
             match self.store.fire(&slot, &call).await {
                 Ok(outcomes) => {
-                    assert_eq!(outcomes.len(), call.segments.len(), "the fire answers every segment once");
+                    assert_eq!(
+                        outcomes.len(),
+                        call.segments.len(),
+                        "the fire answers every segment once"
+                    );
                     for outcome in outcomes {
                         let timers = u64::from(outcome.timers);
                         assert_eq!(timers, call.segments[outcome.segment].timers.len() as u64);
@@ -286,8 +322,14 @@ impl<S: Store> Drainer<'_, S> {
                                 "stale"
                             }
                         };
-                        self.metrics.timers.get_or_create(&ResultLabel { result }).inc_by(timers);
-                        self.metrics.segments.get_or_create(&ResultLabel { result }).inc();
+                        self.metrics
+                            .timers
+                            .get_or_create(&ResultLabel { result })
+                            .inc_by(timers);
+                        self.metrics
+                            .segments
+                            .get_or_create(&ResultLabel { result })
+                            .inc();
                     }
                 }
                 Err(error) => {
@@ -297,12 +339,15 @@ impl<S: Store> Drainer<'_, S> {
                     if class != Class::Transient && call.segments.len() > 1 {
                         tracing::warn!(%error, segments = call.segments.len(), "fire failed; replaying one segment per call");
                         for segment in call.segments.into_iter().rev() {
-                            calls.push_front(FireCall { segments: vec![segment] });
+                            calls.push_front(FireCall {
+                                segments: vec![segment],
+                            });
                         }
                         continue;
                     }
                     tracing::warn!(%error, timers = call.timers(), class = class.as_str(), "fire failed; backing off");
-                    self.fail_call(&call, &error, &attempts, limits, report).await;
+                    self.fail_call(&call, &error, &attempts, limits, report)
+                        .await;
                 }
             }
         }
@@ -325,7 +370,11 @@ impl<S: Store> Drainer<'_, S> {
             .iter()
             .flat_map(|segment| {
                 segment.timers.iter().map(|held| {
-                    let key = (segment.destination.tenant.as_str(), segment.destination.queue.as_str(), held.timer_key.as_str());
+                    let key = (
+                        segment.destination.tenant.as_str(),
+                        segment.destination.queue.as_str(),
+                        held.timer_key.as_str(),
+                    );
                     FailRow {
                         timer: TimerRef {
                             tenant: segment.destination.tenant.clone(),
@@ -341,7 +390,17 @@ impl<S: Store> Drainer<'_, S> {
         report.failed_timers += rows.len() as u64;
         let slot = self.admission.maintenance().await;
         self.metrics.query("fail");
-        let outcomes = match self.store.fail(&slot, &rows, &error.to_string(), transient, limits.max_attempts).await {
+        let outcomes = match self
+            .store
+            .fail(
+                &slot,
+                &rows,
+                &error.to_string(),
+                transient,
+                limits.max_attempts,
+            )
+            .await
+        {
             Ok(outcomes) => outcomes,
             Err(fail_error) => {
                 // The rows stay held until their lease ends, then another pass retries them.
@@ -355,7 +414,11 @@ impl<S: Store> Drainer<'_, S> {
             .filter(|o| o.exhausted)
             .filter_map(|o| {
                 rows.iter()
-                    .find(|r| r.timer.tenant == o.tenant && r.timer.queue == o.queue && r.timer.timer_key == o.timer_key)
+                    .find(|r| {
+                        r.timer.tenant == o.tenant
+                            && r.timer.queue == o.queue
+                            && r.timer.timer_key == o.timer_key
+                    })
                     .map(|r| r.timer.clone())
             })
             .collect();
@@ -367,7 +430,10 @@ impl<S: Store> Drainer<'_, S> {
             Ok(archived) => {
                 report.dead_lettered += archived;
                 self.metrics.dlq.inc_by(archived);
-                tracing::warn!(archived, "timers exhausted their attempts and went to the DLQ");
+                tracing::warn!(
+                    archived,
+                    "timers exhausted their attempts and went to the DLQ"
+                );
             }
             Err(dlq_error) => {
                 self.metrics.failed(dlq_error.class());
@@ -382,8 +448,12 @@ pub fn backoff(attempts_before: u32, transient: bool) -> Duration {
     if transient {
         return TRANSIENT_BACKOFF;
     }
-    let factor = 1u32.checked_shl(attempts_before.min(31)).unwrap_or(u32::MAX);
-    PERMANENT_BACKOFF_BASE.saturating_mul(factor).min(PERMANENT_BACKOFF_MAX)
+    let factor = 1u32
+        .checked_shl(attempts_before.min(31))
+        .unwrap_or(u32::MAX);
+    PERMANENT_BACKOFF_BASE
+        .saturating_mul(factor)
+        .min(PERMANENT_BACKOFF_MAX)
 }
 
 /// Estimated bytes one claimed timer writes when fired.
@@ -409,7 +479,11 @@ pub fn plan_fire_calls(rows: &[ClaimedTimer], max_fire_bytes: u64) -> Vec<FireCa
     let mut call = FireCall::default();
     let mut call_bytes = 0u64;
     for destination in order {
-        let mut segment = Segment { destination: destination.clone(), timers: Vec::new(), bytes: 0 };
+        let mut segment = Segment {
+            destination: destination.clone(),
+            timers: Vec::new(),
+            bytes: 0,
+        };
         for row in &groups[destination] {
             let bytes = fire_bytes(row);
             let call_has_timers = call_bytes > 0 || !segment.timers.is_empty();
@@ -417,7 +491,11 @@ pub fn plan_fire_calls(rows: &[ClaimedTimer], max_fire_bytes: u64) -> Vec<FireCa
                 if !segment.timers.is_empty() {
                     let full = std::mem::replace(
                         &mut segment,
-                        Segment { destination: destination.clone(), timers: Vec::new(), bytes: 0 },
+                        Segment {
+                            destination: destination.clone(),
+                            timers: Vec::new(),
+                            bytes: 0,
+                        },
                     );
                     call.segments.push(full);
                 }
@@ -433,7 +511,10 @@ pub fn plan_fire_calls(rows: &[ClaimedTimer], max_fire_bytes: u64) -> Vec<FireCa
     if !call.segments.is_empty() {
         calls.push(call);
     }
-    debug_assert_eq!(calls.iter().map(FireCall::timers).sum::<usize>(), rows.len());
+    debug_assert_eq!(
+        calls.iter().map(FireCall::timers).sum::<usize>(),
+        rows.len()
+    );
     calls
 }
 
@@ -445,9 +526,19 @@ mod tests {
 
     use super::*;
 
-    fn row(tenant: &str, queue: &str, partition: &str, key: &str, payload_bytes: u64) -> ClaimedTimer {
+    fn row(
+        tenant: &str,
+        queue: &str,
+        partition: &str,
+        key: &str,
+        payload_bytes: u64,
+    ) -> ClaimedTimer {
         ClaimedTimer {
-            destination: Destination { tenant: tenant.into(), queue: queue.into(), partition: partition.into() },
+            destination: Destination {
+                tenant: tenant.into(),
+                queue: queue.into(),
+                partition: partition.into(),
+            },
             timer_key: key.into(),
             token: Uuid::from_u128(u128::from(key.len() as u64) << 64 | u128::from(payload_bytes)),
             attempts: 0,
@@ -461,9 +552,18 @@ mod tests {
         let mut seen = Vec::new();
         for call in calls {
             assert!(!call.segments.is_empty(), "no empty calls");
-            let destinations: HashSet<&Destination> = call.segments.iter().map(|s| &s.destination).collect();
-            assert_eq!(destinations.len(), call.segments.len(), "a destination is one segment per call");
-            assert!(call.bytes() <= cap || call.timers() == 1, "over the cap with {} timers", call.timers());
+            let destinations: HashSet<&Destination> =
+                call.segments.iter().map(|s| &s.destination).collect();
+            assert_eq!(
+                destinations.len(),
+                call.segments.len(),
+                "a destination is one segment per call"
+            );
+            assert!(
+                call.bytes() <= cap || call.timers() == 1,
+                "over the cap with {} timers",
+                call.timers()
+            );
             for segment in &call.segments {
                 assert!(!segment.timers.is_empty(), "no empty segments");
                 for held in &segment.timers {
@@ -474,8 +574,16 @@ mod tests {
         assert_eq!(seen.len(), rows.len(), "every row exactly once");
         // Per destination, claim order is kept across calls.
         for destination in rows.iter().map(|r| &r.destination).collect::<HashSet<_>>() {
-            let claimed: Vec<&str> = rows.iter().filter(|r| &r.destination == destination).map(|r| r.timer_key.as_str()).collect();
-            let planned: Vec<&str> = seen.iter().filter(|(d, _)| d == destination).map(|(_, k)| k.as_str()).collect();
+            let claimed: Vec<&str> = rows
+                .iter()
+                .filter(|r| &r.destination == destination)
+                .map(|r| r.timer_key.as_str())
+                .collect();
+            let planned: Vec<&str> = seen
+                .iter()
+                .filter(|(d, _)| d == destination)
+                .map(|(_, k)| k.as_str())
+                .collect();
             assert_eq!(claimed, planned);
         }
     }
@@ -494,14 +602,29 @@ mod tests {
         let segments: Vec<(&str, &str, Vec<&str>)> = calls[0]
             .segments
             .iter()
-            .map(|s| (s.destination.tenant.as_str(), s.destination.partition.as_str(), s.timers.iter().map(|t| t.timer_key.as_str()).collect()))
+            .map(|s| {
+                (
+                    s.destination.tenant.as_str(),
+                    s.destination.partition.as_str(),
+                    s.timers.iter().map(|t| t.timer_key.as_str()).collect(),
+                )
+            })
             .collect();
-        assert_eq!(segments, vec![("t", "p1", vec!["a", "c"]), ("t", "p2", vec!["b"]), ("u", "p1", vec!["d"])]);
+        assert_eq!(
+            segments,
+            vec![
+                ("t", "p1", vec!["a", "c"]),
+                ("t", "p2", vec!["b"]),
+                ("u", "p1", vec!["d"])
+            ]
+        );
     }
 
     #[test]
     fn a_batch_over_the_cap_splits_into_calls_under_it() {
-        let rows: Vec<ClaimedTimer> = (0..10).map(|i| row("t", "q", &format!("p{}", i % 3), &format!("k{i}"), 1000)).collect();
+        let rows: Vec<ClaimedTimer> = (0..10)
+            .map(|i| row("t", "q", &format!("p{}", i % 3), &format!("k{i}"), 1000))
+            .collect();
         let cap = 3 * (1000 + 2 + ROW_OVERHEAD_BYTES);
         let calls = plan_fire_calls(&rows, cap);
         check_plan(&rows, &calls, cap);
@@ -521,7 +644,11 @@ mod tests {
 
     #[test]
     fn one_oversized_timer_goes_alone() {
-        let rows = vec![row("t", "q", "p", "a", 10), row("t", "q", "p", "big", 10_000), row("t", "q", "p", "c", 10)];
+        let rows = vec![
+            row("t", "q", "p", "a", 10),
+            row("t", "q", "p", "big", 10_000),
+            row("t", "q", "p", "c", 10),
+        ];
         let calls = plan_fire_calls(&rows, 1000);
         check_plan(&rows, &calls, 1000);
         let sizes: Vec<usize> = calls.iter().map(FireCall::timers).collect();
@@ -531,7 +658,9 @@ mod tests {
 
     #[test]
     fn a_split_destination_is_one_segment_in_each_call() {
-        let rows: Vec<ClaimedTimer> = (0..7).map(|i| row("t", "q", "p", &format!("k{i}"), 500)).collect();
+        let rows: Vec<ClaimedTimer> = (0..7)
+            .map(|i| row("t", "q", "p", &format!("k{i}"), 500))
+            .collect();
         let cap = 2 * fire_bytes(&rows[0]);
         let calls = plan_fire_calls(&rows, cap);
         check_plan(&rows, &calls, cap);
@@ -559,7 +688,13 @@ mod tests {
             let rows: Vec<ClaimedTimer> = (0..n)
                 .map(|i| {
                     let d = next() % 5;
-                    row(&format!("t{}", d % 2), "q", &format!("p{d}"), &format!("k{i}"), next() % 5000)
+                    row(
+                        &format!("t{}", d % 2),
+                        "q",
+                        &format!("p{d}"),
+                        &format!("k{i}"),
+                        next() % 5000,
+                    )
                 })
                 .collect();
             let cap = 1 + next() % 20_000;

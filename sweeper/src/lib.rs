@@ -34,9 +34,9 @@ pub mod sleep;
 pub mod store;
 pub mod subclock;
 pub mod switches;
-pub mod timers;
-pub mod waker;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod timers;
+pub mod waker;
 
 pub use error::Error;

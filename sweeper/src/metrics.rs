@@ -112,21 +112,61 @@ impl Metrics {
             queries: Family::default(),
         };
         let r = &mut registry;
-        r.register("queen_sweeper_due_backlog", "Due rows at the last probe (capped)", metrics.due_backlog.clone());
-        r.register("queen_sweeper_due_capped", "1 when the last probe's due count hit its cap", metrics.due_capped.clone());
+        r.register(
+            "queen_sweeper_due_backlog",
+            "Due rows at the last probe (capped)",
+            metrics.due_backlog.clone(),
+        );
+        r.register(
+            "queen_sweeper_due_capped",
+            "1 when the last probe's due count hit its cap",
+            metrics.due_capped.clone(),
+        );
         r.register(
             "queen_sweeper_oldest_lateness_ms",
             "How late the oldest due timer was at the last probe",
             metrics.oldest_lateness_ms.clone(),
         );
-        r.register("queen_sweeper_fire_lag_ms", "Lateness of claimed timers at claim", metrics.fire_lag_ms.clone());
-        r.register("queen_sweeper_timers", "Timers by fire result (fired, stale)", metrics.timers.clone());
-        r.register("queen_sweeper_segments", "Fire segments by result (fired, stale)", metrics.segments.clone());
-        r.register("queen_sweeper_failures", "Failed database calls by class", metrics.failures.clone());
-        r.register("queen_sweeper_dlq", "Timers archived to the DLQ", metrics.dlq.clone());
-        r.register("queen_sweeper_phase_seconds", "Time per cycle phase", metrics.phase_seconds.clone());
-        r.register("queen_sweeper_sleep_ms", "Planned sleeps", metrics.sleep_ms.clone());
-        r.register("queen_sweeper_phase_skipped", "Phases shed or switched off", metrics.phase_skipped.clone());
+        r.register(
+            "queen_sweeper_fire_lag_ms",
+            "Lateness of claimed timers at claim",
+            metrics.fire_lag_ms.clone(),
+        );
+        r.register(
+            "queen_sweeper_timers",
+            "Timers by fire result (fired, stale)",
+            metrics.timers.clone(),
+        );
+        r.register(
+            "queen_sweeper_segments",
+            "Fire segments by result (fired, stale)",
+            metrics.segments.clone(),
+        );
+        r.register(
+            "queen_sweeper_failures",
+            "Failed database calls by class",
+            metrics.failures.clone(),
+        );
+        r.register(
+            "queen_sweeper_dlq",
+            "Timers archived to the DLQ",
+            metrics.dlq.clone(),
+        );
+        r.register(
+            "queen_sweeper_phase_seconds",
+            "Time per cycle phase",
+            metrics.phase_seconds.clone(),
+        );
+        r.register(
+            "queen_sweeper_sleep_ms",
+            "Planned sleeps",
+            metrics.sleep_ms.clone(),
+        );
+        r.register(
+            "queen_sweeper_phase_skipped",
+            "Phases shed or switched off",
+            metrics.phase_skipped.clone(),
+        );
         r.register(
             "queen_kv_expired_not_pruned",
             "Expired KV rows still present after the last prune call",
@@ -142,15 +182,27 @@ impl Metrics {
             "How long the oldest unpruned KV row has been dead",
             metrics.kv_expiry_lag_ms.clone(),
         );
-        r.register("queen_sweeper_empty_claims", "First claims of a pass that took nothing", metrics.empty_claims.clone());
-        r.register("queen_sweeper_queries", "Database calls by kind", metrics.queries.clone());
-        Metrics { registry: Arc::new(registry), ..metrics }
+        r.register(
+            "queen_sweeper_empty_claims",
+            "First claims of a pass that took nothing",
+            metrics.empty_claims.clone(),
+        );
+        r.register(
+            "queen_sweeper_queries",
+            "Database calls by kind",
+            metrics.queries.clone(),
+        );
+        Metrics {
+            registry: Arc::new(registry),
+            ..metrics
+        }
     }
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
         let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
         text
     }
 
@@ -159,11 +211,17 @@ impl Metrics {
     }
 
     pub fn skipped(&self, phase: &'static str, reason: &'static str) {
-        self.phase_skipped.get_or_create(&SkipLabel { phase, reason }).inc();
+        self.phase_skipped
+            .get_or_create(&SkipLabel { phase, reason })
+            .inc();
     }
 
     pub fn failed(&self, class: crate::classify::Class) {
-        self.failures.get_or_create(&ClassLabel { class: class.as_str() }).inc();
+        self.failures
+            .get_or_create(&ClassLabel {
+                class: class.as_str(),
+            })
+            .inc();
     }
 
     pub fn timers_result(&self, result: &'static str) -> u64 {
@@ -189,9 +247,18 @@ mod tests {
         metrics.query("probe");
         metrics.skipped("prune", "shed");
         metrics.failed(crate::classify::Class::Transient);
-        metrics.timers.get_or_create(&ResultLabel { result: "fired" }).inc_by(3);
-        metrics.segments.get_or_create(&ResultLabel { result: "stale" }).inc();
-        metrics.phase_seconds.get_or_create(&PhaseLabel { phase: "probe" }).observe(0.002);
+        metrics
+            .timers
+            .get_or_create(&ResultLabel { result: "fired" })
+            .inc_by(3);
+        metrics
+            .segments
+            .get_or_create(&ResultLabel { result: "stale" })
+            .inc();
+        metrics
+            .phase_seconds
+            .get_or_create(&PhaseLabel { phase: "probe" })
+            .observe(0.002);
         let text = metrics.render();
         for series in [
             "queen_sweeper_due_backlog",

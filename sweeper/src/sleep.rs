@@ -88,14 +88,23 @@ pub fn sleep_for(outcome: Outcome, bands: Bands, jitter: f64) -> Duration {
 
 /// A jitter sample forced into [0, 1]: NaN is the middle, everything else is clamped.
 fn unit(jitter: f64) -> f64 {
-    if jitter.is_nan() { 0.5 } else { jitter.clamp(0.0, 1.0) }
+    if jitter.is_nan() {
+        0.5
+    } else {
+        jitter.clamp(0.0, 1.0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const DEFAULT: Bands = Bands { floor_ms: 5, ceiling_ms: 1000, empty_claim_ms_min: 25, empty_claim_ms_max: 200 };
+    const DEFAULT: Bands = Bands {
+        floor_ms: 5,
+        ceiling_ms: 1000,
+        empty_claim_ms_min: 25,
+        empty_claim_ms_max: 200,
+    };
 
     fn ms(outcome: Outcome, bands: Bands, jitter: f64) -> u64 {
         sleep_for(outcome, bands, jitter).as_millis() as u64
@@ -114,9 +123,24 @@ mod tests {
         assert_eq!(ms(Outcome::DueLater { next_in_ms: 6 }, DEFAULT, 0.5), 6);
         assert_eq!(ms(Outcome::DueLater { next_in_ms: 200 }, DEFAULT, 0.5), 200);
         assert_eq!(ms(Outcome::DueLater { next_in_ms: 999 }, DEFAULT, 0.5), 999);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 1000 }, DEFAULT, 0.5), 1000);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 1001 }, DEFAULT, 0.5), 1000);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: u64::MAX }, DEFAULT, 0.5), 1000);
+        assert_eq!(
+            ms(Outcome::DueLater { next_in_ms: 1000 }, DEFAULT, 0.5),
+            1000
+        );
+        assert_eq!(
+            ms(Outcome::DueLater { next_in_ms: 1001 }, DEFAULT, 0.5),
+            1000
+        );
+        assert_eq!(
+            ms(
+                Outcome::DueLater {
+                    next_in_ms: u64::MAX
+                },
+                DEFAULT,
+                0.5
+            ),
+            1000
+        );
     }
 
     #[test]
@@ -131,7 +155,10 @@ mod tests {
         let mut previous = 0;
         for i in 0..=10_000 {
             let now = ms(Outcome::EmptyClaim, DEFAULT, f64::from(i) / 10_000.0);
-            assert!(now >= previous, "jitter {i}/10000 gave {now} after {previous}");
+            assert!(
+                now >= previous,
+                "jitter {i}/10000 gave {now} after {previous}"
+            );
             assert!((25..=200).contains(&now));
             previous = now;
         }
@@ -154,25 +181,54 @@ mod tests {
 
     #[test]
     fn the_ceiling_is_never_exceeded_by_any_outcome() {
-        let jitters = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.0, 0.5, 1.0, 2.0];
+        let jitters = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -1.0,
+            0.0,
+            0.5,
+            1.0,
+            2.0,
+        ];
         let outcomes = [
             Outcome::WorkAvailable,
-            Outcome::DueLater { next_in_ms: u64::MAX },
+            Outcome::DueLater {
+                next_in_ms: u64::MAX,
+            },
             Outcome::EmptyClaim,
             Outcome::NothingDue,
         ];
         let band_sets = [
             DEFAULT,
-            Bands { floor_ms: 5, ceiling_ms: 100, empty_claim_ms_min: 25, empty_claim_ms_max: 200 },
-            Bands { floor_ms: 500, ceiling_ms: 100, empty_claim_ms_min: 25, empty_claim_ms_max: 200 },
-            Bands { floor_ms: u64::MAX, ceiling_ms: u64::MAX, empty_claim_ms_min: u64::MAX, empty_claim_ms_max: 0 },
+            Bands {
+                floor_ms: 5,
+                ceiling_ms: 100,
+                empty_claim_ms_min: 25,
+                empty_claim_ms_max: 200,
+            },
+            Bands {
+                floor_ms: 500,
+                ceiling_ms: 100,
+                empty_claim_ms_min: 25,
+                empty_claim_ms_max: 200,
+            },
+            Bands {
+                floor_ms: u64::MAX,
+                ceiling_ms: u64::MAX,
+                empty_claim_ms_min: u64::MAX,
+                empty_claim_ms_max: 0,
+            },
         ];
         for bands in band_sets {
             let ceiling = bands.ceiling_ms.max(1);
             for outcome in outcomes {
                 for jitter in jitters {
                     let slept = ms(outcome, bands, jitter);
-                    assert!(slept <= ceiling, "{outcome:?} {bands:?} {jitter} slept {slept}");
+                    assert!(
+                        slept <= ceiling,
+                        "{outcome:?} {bands:?} {jitter} slept {slept}"
+                    );
                 }
             }
         }
@@ -181,26 +237,64 @@ mod tests {
     #[test]
     fn inverted_or_zero_knobs_never_panic_and_never_sleep_zero() {
         let odd = [
-            Bands { floor_ms: 0, ceiling_ms: 0, empty_claim_ms_min: 0, empty_claim_ms_max: 0 },
-            Bands { floor_ms: 1000, ceiling_ms: 5, empty_claim_ms_min: 200, empty_claim_ms_max: 25 },
-            Bands { floor_ms: 0, ceiling_ms: 1000, empty_claim_ms_min: 0, empty_claim_ms_max: 0 },
-            Bands { floor_ms: 5, ceiling_ms: 0, empty_claim_ms_min: 25, empty_claim_ms_max: 200 },
+            Bands {
+                floor_ms: 0,
+                ceiling_ms: 0,
+                empty_claim_ms_min: 0,
+                empty_claim_ms_max: 0,
+            },
+            Bands {
+                floor_ms: 1000,
+                ceiling_ms: 5,
+                empty_claim_ms_min: 200,
+                empty_claim_ms_max: 25,
+            },
+            Bands {
+                floor_ms: 0,
+                ceiling_ms: 1000,
+                empty_claim_ms_min: 0,
+                empty_claim_ms_max: 0,
+            },
+            Bands {
+                floor_ms: 5,
+                ceiling_ms: 0,
+                empty_claim_ms_min: 25,
+                empty_claim_ms_max: 200,
+            },
         ];
         for bands in odd {
-            for outcome in [Outcome::WorkAvailable, Outcome::DueLater { next_in_ms: 0 }, Outcome::EmptyClaim, Outcome::NothingDue] {
+            for outcome in [
+                Outcome::WorkAvailable,
+                Outcome::DueLater { next_in_ms: 0 },
+                Outcome::EmptyClaim,
+                Outcome::NothingDue,
+            ] {
                 for jitter in [f64::NAN, 0.0, 1.0] {
-                    assert!(ms(outcome, bands, jitter) >= 1, "{outcome:?} {bands:?} {jitter}");
+                    assert!(
+                        ms(outcome, bands, jitter) >= 1,
+                        "{outcome:?} {bands:?} {jitter}"
+                    );
                 }
             }
         }
-        let inverted = Bands { floor_ms: 5, ceiling_ms: 1000, empty_claim_ms_min: 200, empty_claim_ms_max: 25 };
+        let inverted = Bands {
+            floor_ms: 5,
+            ceiling_ms: 1000,
+            empty_claim_ms_min: 200,
+            empty_claim_ms_max: 25,
+        };
         assert_eq!(ms(Outcome::EmptyClaim, inverted, 0.0), 25);
         assert_eq!(ms(Outcome::EmptyClaim, inverted, 1.0), 200);
     }
 
     #[test]
     fn the_empty_claim_band_is_never_faster_than_the_floor() {
-        let bands = Bands { floor_ms: 50, ceiling_ms: 1000, empty_claim_ms_min: 25, empty_claim_ms_max: 200 };
+        let bands = Bands {
+            floor_ms: 50,
+            ceiling_ms: 1000,
+            empty_claim_ms_min: 25,
+            empty_claim_ms_max: 200,
+        };
         assert_eq!(ms(Outcome::EmptyClaim, bands, 0.0), 50);
     }
 }

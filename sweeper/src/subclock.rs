@@ -98,10 +98,22 @@ impl SubClocks {
     /// jittered over its period (`jitter` in [0, 1]) so brokers started together do not all
     /// roll up at once.
     pub fn new(config: &Config, now: Instant, jitter: f64) -> SubClocks {
-        let jitter = if jitter.is_nan() { 0.5 } else { jitter.clamp(0.0, 1.0) };
+        let jitter = if jitter.is_nan() {
+            0.5
+        } else {
+            jitter.clamp(0.0, 1.0)
+        };
         SubClocks {
-            rollup: Gate { every: config.kv_usage_every(), next_at: now + config.kv_usage_every().mul_f64(jitter), off: false },
-            prune: Gate { every: config.kv_expire_every(), next_at: now, off: false },
+            rollup: Gate {
+                every: config.kv_usage_every(),
+                next_at: now + config.kv_usage_every().mul_f64(jitter),
+                off: false,
+            },
+            prune: Gate {
+                every: config.kv_expire_every(),
+                next_at: now,
+                off: false,
+            },
             prune_batch: config.kv_expire_batch,
             rollup_cursor: None,
             rollup_in_progress: false,
@@ -147,13 +159,26 @@ impl SubClocks {
         report
     }
 
-    async fn rollup<S: Store>(&mut self, store: &S, admission: &Admission, metrics: &Metrics, now: Instant) -> u32 {
+    async fn rollup<S: Store>(
+        &mut self,
+        store: &S,
+        admission: &Admission,
+        metrics: &Metrics,
+        now: Instant,
+    ) -> u32 {
         let mut steps = 0;
         while steps < ROLLUP_STEPS_PER_PASS {
             let slot = admission.maintenance().await;
             metrics.query("usage");
             steps += 1;
-            match store.usage_step(&slot, self.rollup_cursor.as_deref(), ROLLUP_TENANTS_PER_STEP).await {
+            match store
+                .usage_step(
+                    &slot,
+                    self.rollup_cursor.as_deref(),
+                    ROLLUP_TENANTS_PER_STEP,
+                )
+                .await
+            {
                 Ok(step) => {
                     self.rollup_cursor = step.last_tenant.clone();
                     if step.done {
@@ -190,9 +215,15 @@ impl SubClocks {
             match store.kv_expire_step(&slot, shards, self.prune_batch).await {
                 Ok(step) => {
                     // The alarm is published on every call, including those that delete nothing.
-                    metrics.kv_expired_not_pruned.set(i64::try_from(step.unpruned).unwrap_or(i64::MAX));
-                    metrics.kv_expired_not_pruned_capped.set(i64::from(step.unpruned_capped));
-                    metrics.kv_expiry_lag_ms.set(i64::try_from(step.lag_ms).unwrap_or(i64::MAX));
+                    metrics
+                        .kv_expired_not_pruned
+                        .set(i64::try_from(step.unpruned).unwrap_or(i64::MAX));
+                    metrics
+                        .kv_expired_not_pruned_capped
+                        .set(i64::from(step.unpruned_capped));
+                    metrics
+                        .kv_expiry_lag_ms
+                        .set(i64::try_from(step.lag_ms).unwrap_or(i64::MAX));
                     deleted += step.deleted;
                     if step.done || step.deleted == 0 {
                         break;

@@ -28,7 +28,12 @@ struct Inner {
 
 impl Default for Switches {
     fn default() -> Self {
-        Switches { inner: Arc::new(Inner { schedule: AtomicBool::new(true), fire: AtomicBool::new(true) }) }
+        Switches {
+            inner: Arc::new(Inner {
+                schedule: AtomicBool::new(true),
+                fire: AtomicBool::new(true),
+            }),
+        }
     }
 }
 
@@ -42,7 +47,10 @@ impl Switches {
     }
 
     pub fn states(&self) -> SwitchStates {
-        SwitchStates { schedule_enabled: self.schedule_enabled(), fire_enabled: self.fire_enabled() }
+        SwitchStates {
+            schedule_enabled: self.schedule_enabled(),
+            fire_enabled: self.fire_enabled(),
+        }
     }
 
     fn set_local(&self, switch: Switch, enabled: bool) {
@@ -55,7 +63,13 @@ impl Switches {
 
     /// Turns a switch on or off: the database first (so the choice survives and reaches every
     /// broker), then this process.
-    pub async fn set<S: Store>(&self, store: &S, admission: &Admission, switch: Switch, enabled: bool) -> Result<(), Error> {
+    pub async fn set<S: Store>(
+        &self,
+        store: &S,
+        admission: &Admission,
+        switch: Switch,
+        enabled: bool,
+    ) -> Result<(), Error> {
         let slot = admission.maintenance().await;
         store.write_switch(&slot, switch, enabled).await?;
         self.set_local(switch, enabled);
@@ -64,16 +78,27 @@ impl Switches {
     }
 
     /// Reads both switches from the database into this process.
-    pub async fn refresh<S: Store>(&self, store: &S, admission: &Admission) -> Result<SwitchStates, Error> {
+    pub async fn refresh<S: Store>(
+        &self,
+        store: &S,
+        admission: &Admission,
+    ) -> Result<SwitchStates, Error> {
         let slot = admission.maintenance().await;
         let states = store.read_switches(&slot).await?;
-        for (switch, enabled) in [(Switch::Schedule, states.schedule_enabled), (Switch::Fire, states.fire_enabled)] {
+        for (switch, enabled) in [
+            (Switch::Schedule, states.schedule_enabled),
+            (Switch::Fire, states.fire_enabled),
+        ] {
             let flag = match switch {
                 Switch::Schedule => &self.inner.schedule,
                 Switch::Fire => &self.inner.fire,
             };
             if flag.swap(enabled, Ordering::AcqRel) != enabled {
-                tracing::warn!(switch = switch.key(), enabled, "kill switch changed in the database");
+                tracing::warn!(
+                    switch = switch.key(),
+                    enabled,
+                    "kill switch changed in the database"
+                );
             }
         }
         Ok(states)

@@ -63,19 +63,35 @@ impl TimerOp {
     /// The JSON form `queen.log_timers_apply_v1` takes.
     pub fn to_json(&self) -> Value {
         let mut op = match self {
-            TimerOp::Schedule { queue, timer_key, delay_ms, payload, .. } => {
+            TimerOp::Schedule {
+                queue,
+                timer_key,
+                delay_ms,
+                payload,
+                ..
+            } => {
                 let mut op = json!({"op": "schedule", "queue": queue, "timerKey": timer_key, "delayMs": delay_ms});
                 put_payload(&mut op, Some(payload));
                 op
             }
-            TimerOp::Reschedule { queue, timer_key, delay_ms, payload, .. } => {
+            TimerOp::Reschedule {
+                queue,
+                timer_key,
+                delay_ms,
+                payload,
+                ..
+            } => {
                 let mut op = json!({"op": "reschedule", "queue": queue, "timerKey": timer_key, "delayMs": delay_ms});
                 put_payload(&mut op, payload.as_ref());
                 op
             }
-            TimerOp::Cancel { queue, timer_key } => json!({"op": "cancel", "queue": queue, "timerKey": timer_key}),
+            TimerOp::Cancel { queue, timer_key } => {
+                json!({"op": "cancel", "queue": queue, "timerKey": timer_key})
+            }
         };
-        if let TimerOp::Schedule { partition, txn, .. } | TimerOp::Reschedule { partition, txn, .. } = self {
+        if let TimerOp::Schedule { partition, txn, .. }
+        | TimerOp::Reschedule { partition, txn, .. } = self
+        {
             if let Some(partition) = partition {
                 op["partition"] = json!(partition);
             }
@@ -160,17 +176,31 @@ impl Seam {
 
     /// Applies `ops` for `tenant` inside `tx`. `now` is this process's clock when the call is
     /// made; the wake instant is `now` plus the earliest delivery delay the database answered.
-    pub async fn apply<T: TimerTx>(&self, tx: &mut T, tenant: &str, ops: &[TimerOp], now: Instant) -> Result<Applied, Error> {
+    pub async fn apply<T: TimerTx>(
+        &self,
+        tx: &mut T,
+        tenant: &str,
+        ops: &[TimerOp],
+        now: Instant,
+    ) -> Result<Applied, Error> {
         if !self.switches.schedule_enabled() && ops.iter().any(TimerOp::creates_work) {
             return Err(Error::Disabled(
-                "scheduling is switched off (timers_schedule_enabled = false); cancels still work".into(),
+                "scheduling is switched off (timers_schedule_enabled = false); cancels still work"
+                    .into(),
             ));
         }
         let results = tx.apply(tenant, ops).await?;
-        assert_eq!(results.len(), ops.len(), "the apply answers every operation exactly once");
+        assert_eq!(
+            results.len(),
+            ops.len(),
+            "the apply answers every operation exactly once"
+        );
         let earliest = results.iter().filter_map(|r| r.deliver_in_ms).min();
         let at = earliest.map(|ms| now + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
-        Ok(Applied { results, wake: PendingWake { at } })
+        Ok(Applied {
+            results,
+            wake: PendingWake { at },
+        })
     }
 
     /// Commits `tx`, then rings the wake. Returns whether the ring moved the loop's next look.
@@ -193,7 +223,11 @@ mod tests {
     }
 
     impl TimerTx for FakeTx {
-        async fn apply(&mut self, _tenant: &str, ops: &[TimerOp]) -> Result<Vec<ApplyResult>, Error> {
+        async fn apply(
+            &mut self,
+            _tenant: &str,
+            ops: &[TimerOp],
+        ) -> Result<Vec<ApplyResult>, Error> {
             Ok(ops
                 .iter()
                 .enumerate()
@@ -211,9 +245,14 @@ mod tests {
 
         async fn commit(self) -> Result<(), Error> {
             if self.fail_commit {
-                return Err(Error::database(Some("40001".into()), "could not serialize".into(), "commit".into()));
+                return Err(Error::database(
+                    Some("40001".into()),
+                    "could not serialize".into(),
+                    "commit".into(),
+                ));
             }
-            self.committed.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.committed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         }
     }
@@ -229,9 +268,19 @@ mod tests {
         }
     }
 
-    fn fake(deliver_in_ms: Vec<Option<i64>>, fail_commit: bool) -> (FakeTx, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    fn fake(
+        deliver_in_ms: Vec<Option<i64>>,
+        fail_commit: bool,
+    ) -> (FakeTx, std::sync::Arc<std::sync::atomic::AtomicBool>) {
         let committed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        (FakeTx { deliver_in_ms, committed: committed.clone(), fail_commit }, committed)
+        (
+            FakeTx {
+                deliver_in_ms,
+                committed: committed.clone(),
+                fail_commit,
+            },
+            committed,
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -240,7 +289,15 @@ mod tests {
         let waker = Waker::new(now);
         let seam = Seam::new(waker.clone(), Switches::default());
         let (mut tx, committed) = fake(vec![Some(900), Some(200), None], false);
-        let applied = seam.apply(&mut tx, "t", &[schedule(900), schedule(200), schedule(5)], now).await.unwrap();
+        let applied = seam
+            .apply(
+                &mut tx,
+                "t",
+                &[schedule(900), schedule(200), schedule(5)],
+                now,
+            )
+            .await
+            .unwrap();
         assert_eq!(applied.wake.at(), Some(now + Duration::from_millis(200)));
         assert_eq!(waker.promised(), None, "nothing is rung before the commit");
         assert!(seam.commit(tx, applied.wake).await.unwrap());
@@ -254,7 +311,10 @@ mod tests {
         let waker = Waker::new(now);
         let seam = Seam::new(waker.clone(), Switches::default());
         let (mut tx, committed) = fake(vec![Some(100)], false);
-        let applied = seam.apply(&mut tx, "t", &[schedule(100)], now).await.unwrap();
+        let applied = seam
+            .apply(&mut tx, "t", &[schedule(100)], now)
+            .await
+            .unwrap();
         drop(applied.wake);
         drop(tx); // a rollback
         assert!(!committed.load(std::sync::atomic::Ordering::SeqCst));
@@ -267,7 +327,10 @@ mod tests {
         let waker = Waker::new(now);
         let seam = Seam::new(waker.clone(), Switches::default());
         let (mut tx, _) = fake(vec![Some(100)], true);
-        let applied = seam.apply(&mut tx, "t", &[schedule(100)], now).await.unwrap();
+        let applied = seam
+            .apply(&mut tx, "t", &[schedule(100)], now)
+            .await
+            .unwrap();
         assert!(seam.commit(tx, applied.wake).await.is_err());
         assert_eq!(waker.promised(), None);
     }
@@ -278,7 +341,10 @@ mod tests {
         let waker = Waker::new(now);
         let seam = Seam::new(waker.clone(), Switches::default());
         let (mut tx, _) = fake(vec![Some(-500)], false);
-        let applied = seam.apply(&mut tx, "t", &[schedule(-500)], now).await.unwrap();
+        let applied = seam
+            .apply(&mut tx, "t", &[schedule(-500)], now)
+            .await
+            .unwrap();
         assert_eq!(applied.wake.at(), Some(now));
         assert!(seam.commit(tx, applied.wake).await.unwrap());
     }
@@ -301,7 +367,13 @@ mod tests {
             bytes.to_json(),
             json!({"op": "reschedule", "queue": "q", "timerKey": "k", "delayMs": -1, "payloadBase64": "AP8=", "partition": "p1", "txn": "t1"})
         );
-        let cancel = TimerOp::Cancel { queue: "q".into(), timer_key: "k".into() };
-        assert_eq!(cancel.to_json(), json!({"op": "cancel", "queue": "q", "timerKey": "k"}));
+        let cancel = TimerOp::Cancel {
+            queue: "q".into(),
+            timer_key: "k".into(),
+        };
+        assert_eq!(
+            cancel.to_json(),
+            json!({"op": "cancel", "queue": "q", "timerKey": "k"})
+        );
     }
 }

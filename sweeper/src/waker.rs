@@ -47,7 +47,11 @@ impl Waker {
     /// A waker whose loop is working (no promise yet).
     pub fn new(now: Instant) -> Waker {
         Waker {
-            inner: Arc::new(Inner { base: now, promised: AtomicU64::new(NEVER), notify: Notify::new() }),
+            inner: Arc::new(Inner {
+                base: now,
+                promised: AtomicU64::new(NEVER),
+                notify: Notify::new(),
+            }),
         }
     }
 
@@ -80,7 +84,9 @@ impl Waker {
     /// while the loop was working).
     pub async fn sleep(&self, planned: Instant) -> Wake {
         let planned_code = self.encode(planned);
-        self.inner.promised.fetch_min(planned_code, Ordering::AcqRel);
+        self.inner
+            .promised
+            .fetch_min(planned_code, Ordering::AcqRel);
         loop {
             let promised = self.inner.promised.load(Ordering::Acquire);
             let deadline = self.decode(promised).unwrap_or(planned);
@@ -119,7 +125,12 @@ mod tests {
         let start = tokio_now();
         let waker = Waker::new(start);
         let sleeper = waker.clone();
-        let sleeping = tokio::spawn(async move { (sleeper.sleep(start + Duration::from_secs(1)).await, tokio_now()) });
+        let sleeping = tokio::spawn(async move {
+            (
+                sleeper.sleep(start + Duration::from_secs(1)).await,
+                tokio_now(),
+            )
+        });
         tokio::task::yield_now().await;
         assert!(!waker.hint(start + Duration::from_secs(2)));
         let (wake, at) = sleeping.await.unwrap();
@@ -132,7 +143,12 @@ mod tests {
         let start = tokio_now();
         let waker = Waker::new(start);
         let sleeper = waker.clone();
-        let sleeping = tokio::spawn(async move { (sleeper.sleep(start + Duration::from_secs(1)).await, tokio_now()) });
+        let sleeping = tokio::spawn(async move {
+            (
+                sleeper.sleep(start + Duration::from_secs(1)).await,
+                tokio_now(),
+            )
+        });
         tokio::task::yield_now().await;
         assert!(waker.hint(start + Duration::from_millis(200)));
         let (wake, at) = sleeping.await.unwrap();
@@ -146,7 +162,12 @@ mod tests {
         let waker = Waker::new(start);
         tokio::time::advance(Duration::from_millis(50)).await;
         let sleeper = waker.clone();
-        let sleeping = tokio::spawn(async move { (sleeper.sleep(tokio_now() + Duration::from_secs(1)).await, tokio_now()) });
+        let sleeping = tokio::spawn(async move {
+            (
+                sleeper.sleep(tokio_now() + Duration::from_secs(1)).await,
+                tokio_now(),
+            )
+        });
         tokio::task::yield_now().await;
         assert!(waker.hint(start));
         let (wake, at) = sleeping.await.unwrap();
@@ -173,7 +194,12 @@ mod tests {
         let start = tokio_now();
         let waker = Waker::new(start);
         let sleeper = waker.clone();
-        let sleeping = tokio::spawn(async move { (sleeper.sleep(start + Duration::from_secs(1)).await, tokio_now()) });
+        let sleeping = tokio::spawn(async move {
+            (
+                sleeper.sleep(start + Duration::from_secs(1)).await,
+                tokio_now(),
+            )
+        });
         tokio::task::yield_now().await;
         let mut woke = 0;
         for i in 0..1_000_000u64 {
@@ -192,7 +218,9 @@ mod tests {
         let start = tokio_now();
         let waker = Waker::new(start);
         waker.begin_pass();
-        let moved = (0..1_000_000u64).filter(|i| waker.hint(start + WEEK + Duration::from_nanos(*i))).count();
+        let moved = (0..1_000_000u64)
+            .filter(|i| waker.hint(start + WEEK + Duration::from_nanos(*i)))
+            .count();
         // With no promise outstanding the first hint is kept; none of the rest is earlier. None
         // is before the planned look either, so the sleep still lasts the full second.
         assert_eq!(moved, 1);
@@ -208,6 +236,9 @@ mod tests {
         waker.sleep(start + Duration::from_millis(10)).await;
         waker.begin_pass();
         assert_eq!(waker.promised(), None);
-        assert!(waker.hint(start + WEEK), "with no promise outstanding, any hint is kept");
+        assert!(
+            waker.hint(start + WEEK),
+            "with no promise outstanding, any hint is kept"
+        );
     }
 }

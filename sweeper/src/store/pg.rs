@@ -4,7 +4,8 @@
 //! option, so it costs no round trip), which cancels a runaway statement inside the server. The
 //! client waits a little longer than that; if even that passes (the server or the network stopped
 //! answering), the connection is closed rather than returned to the pool, because its state is
-//! unknown. Either way the caller gets a transient error.
+//! unknown, and the server, which checks for its client every `CLIENT_CHECK_INTERVAL` while a
+//! statement runs, aborts the statement. Either way the caller gets a transient error.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,12 +13,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{Acquire, PgPool, Postgres, Row, Transaction};
+use sqlx::{Acquire, ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome, SegmentResult,
-    ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
+    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome,
+    SegmentResult, ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
 };
 use crate::admission::{Maintenance, Slot};
 use crate::config::Config;
@@ -28,21 +29,43 @@ use crate::timers::{ApplyResult, TimerOp};
 /// connection up. Not measured.
 pub const CLIENT_GRACE: Duration = Duration::from_secs(2);
 
+/// How often a running statement checks that its client is still connected (PostgreSQL ≥ 14).
+/// Not measured; a poll of the socket this often costs nothing measurable.
+pub const CLIENT_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Converts a sqlx error into the crate's error, keeping the SQLSTATE.
 pub fn database_error(error: &sqlx::Error, context: &str) -> Error {
     match error.as_database_error() {
-        Some(db) => Error::database(db.code().map(|code| code.into_owned()), db.message().to_owned(), context.to_owned()),
+        Some(db) => Error::database(
+            db.code().map(|code| code.into_owned()),
+            db.message().to_owned(),
+            context.to_owned(),
+        ),
         None => Error::database(None, error.to_string(), context.to_owned()),
     }
 }
 
 /// Connection options for `url` with the sweeper's per-session settings.
-pub fn connect_options(url: &str, statement_timeout: Duration, application_name: &str) -> Result<PgConnectOptions, Error> {
+pub fn connect_options(
+    url: &str,
+    statement_timeout: Duration,
+    application_name: &str,
+) -> Result<PgConnectOptions, Error> {
     let options = PgConnectOptions::from_str(url)
         .map_err(|e| Error::Config(format!("the database URL is not a PostgreSQL URL: {e}")))?;
-    Ok(options
-        .application_name(application_name)
-        .options([("statement_timeout", statement_timeout.as_millis().to_string())]))
+    Ok(options.application_name(application_name).options([
+        (
+            "statement_timeout",
+            statement_timeout.as_millis().to_string(),
+        ),
+        // When the client gives up first (the network, not the server, stalled), closing the
+        // socket is not enough: a backend waiting on a lock would notice only when it next
+        // writes, after committing. This makes it look for its client while it runs, and abort.
+        (
+            "client_connection_check_interval",
+            CLIENT_CHECK_INTERVAL.as_millis().to_string(),
+        ),
+    ]))
 }
 
 /// The sweeper's store over a PostgreSQL pool.
@@ -55,8 +78,28 @@ pub struct PgStore {
 
 impl PgStore {
     /// Opens a pool of `connections` on `url` for a broker called `identity`.
-    pub async fn connect(url: &str, config: &Config, identity: &str, connections: u32) -> Result<PgStore, Error> {
-        let options = connect_options(url, config.statement_timeout(), &format!("queen-sweeper:{identity}"))?;
+    pub async fn connect(
+        url: &str,
+        config: &Config,
+        identity: &str,
+        connections: u32,
+    ) -> Result<PgStore, Error> {
+        let options = connect_options(
+            url,
+            config.statement_timeout(),
+            &format!("queen-sweeper:{identity}"),
+        )?;
+        // One direct connection first: the pool would retry until its timeout and then report
+        // only that it timed out, hiding "connection refused" or "password authentication failed".
+        let first =
+            tokio::time::timeout(config.statement_timeout() + CLIENT_GRACE, options.connect())
+                .await
+                .map_err(|_| Error::Timeout {
+                    context: "connecting to the database".into(),
+                    after_ms: (config.statement_timeout() + CLIENT_GRACE).as_millis() as u64,
+                })?
+                .map_err(|e| database_error(&e, "connecting to the database"))?;
+        let _ = first.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(connections.max(1))
             .acquire_timeout(config.statement_timeout() + CLIENT_GRACE)
@@ -69,7 +112,11 @@ impl PgStore {
     /// Wraps an existing pool. Its connections should carry `statement_timeout` (see
     /// [`connect_options`]); the client-side timeout applies either way.
     pub fn from_pool(pool: PgPool, statement_timeout: Duration) -> PgStore {
-        PgStore { pool, client_timeout: statement_timeout + CLIENT_GRACE, statement_timeout }
+        PgStore {
+            pool,
+            client_timeout: statement_timeout + CLIENT_GRACE,
+            statement_timeout,
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -82,7 +129,11 @@ impl PgStore {
 
     /// Opens a transaction for the schedule seam.
     pub async fn begin_timer_tx(&self) -> Result<PgTimerTx<'static>, Error> {
-        let tx = self.pool.begin().await.map_err(|e| database_error(&e, "beginning a schedule transaction"))?;
+        let tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| database_error(&e, "beginning a schedule transaction"))?;
         Ok(PgTimerTx { tx })
     }
 
@@ -93,12 +144,19 @@ impl PgStore {
         context: &'static str,
         query: impl for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     ) -> Result<T, Error> {
-        let mut connection = self.pool.acquire().await.map_err(|e| database_error(&e, context))?;
+        let mut connection = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| database_error(&e, context))?;
         match tokio::time::timeout(self.client_timeout, query(&mut connection)).await {
             Ok(result) => result.map_err(|e| database_error(&e, context)),
             Err(_) => {
                 connection.close_on_drop();
-                Err(Error::Timeout { context: context.to_owned(), after_ms: self.client_timeout.as_millis() as u64 })
+                Err(Error::Timeout {
+                    context: context.to_owned(),
+                    after_ms: self.client_timeout.as_millis() as u64,
+                })
             }
         }
     }
@@ -144,13 +202,26 @@ struct UsageJson {
     last_tenant: Option<String>,
 }
 
-fn decode_json<T: for<'de> Deserialize<'de>>(value: serde_json::Value, context: &str) -> Result<T, Error> {
-    serde_json::from_value(value).map_err(|e| Error::database(None, format!("unexpected answer shape: {e}"), context.to_owned()))
+fn decode_json<T: for<'de> Deserialize<'de>>(
+    value: serde_json::Value,
+    context: &str,
+) -> Result<T, Error> {
+    serde_json::from_value(value).map_err(|e| {
+        Error::database(
+            None,
+            format!("unexpected answer shape: {e}"),
+            context.to_owned(),
+        )
+    })
 }
 
 fn claimed_timer(row: &PgRow) -> Result<ClaimedTimer, sqlx::Error> {
     Ok(ClaimedTimer {
-        destination: Destination { tenant: row.try_get(0)?, queue: row.try_get(1)?, partition: row.try_get(3)? },
+        destination: Destination {
+            tenant: row.try_get(0)?,
+            queue: row.try_get(1)?,
+            partition: row.try_get(3)?,
+        },
         timer_key: row.try_get(2)?,
         token: row.try_get(4)?,
         attempts: u32::try_from(row.try_get::<i32, _>(5)?).unwrap_or(0),
@@ -182,8 +253,12 @@ impl FireArrays {
         for segment in &call.segments {
             arrays.tenants.push(segment.destination.tenant.clone());
             arrays.queues.push(segment.destination.queue.clone());
-            arrays.partitions.push(segment.destination.partition.clone());
-            arrays.sizes.push(i32::try_from(segment.timers.len()).expect("a segment fits a claim batch"));
+            arrays
+                .partitions
+                .push(segment.destination.partition.clone());
+            arrays
+                .sizes
+                .push(i32::try_from(segment.timers.len()).expect("a segment fits a claim batch"));
             for held in &segment.timers {
                 arrays.keys.push(held.timer_key.clone());
                 arrays.tokens.push(held.token);
@@ -196,13 +271,24 @@ impl FireArrays {
 fn assert_fire_call_well_formed(call: &FireCall) {
     let mut destinations = std::collections::HashSet::new();
     for segment in &call.segments {
-        assert!(!segment.timers.is_empty(), "a fire segment must hold timers");
-        assert!(destinations.insert(&segment.destination), "a destination must be one segment per fire call");
+        assert!(
+            !segment.timers.is_empty(),
+            "a fire segment must hold timers"
+        );
+        assert!(
+            destinations.insert(&segment.destination),
+            "a destination must be one segment per fire call"
+        );
     }
 }
 
 impl Store for PgStore {
-    async fn probe(&self, _slot: &Slot<Maintenance>, shards: &ShardOrder, due_cap: u32) -> Result<Probe, Error> {
+    async fn probe(
+        &self,
+        _slot: &Slot<Maintenance>,
+        shards: &ShardOrder,
+        due_cap: u32,
+    ) -> Result<Probe, Error> {
         let shards = shard_array(shards);
         let value: serde_json::Value = self
             .call("probe", move |c| {
@@ -248,13 +334,25 @@ impl Store for PgStore {
                 )
             })
             .await?;
-        let claimed = rows.iter().map(claimed_timer).collect::<Result<Vec<_>, _>>().map_err(|e| database_error(&e, "claim"))?;
+        let claimed = rows
+            .iter()
+            .map(claimed_timer)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| database_error(&e, "claim"))?;
         let tokens: std::collections::HashSet<Uuid> = claimed.iter().map(|c| c.token).collect();
-        assert_eq!(tokens.len(), claimed.len(), "every claimed row carries its own token");
+        assert_eq!(
+            tokens.len(),
+            claimed.len(),
+            "every claimed row carries its own token"
+        );
         Ok(claimed)
     }
 
-    async fn fire(&self, _slot: &Slot<Maintenance>, call: &FireCall) -> Result<Vec<SegmentOutcome>, Error> {
+    async fn fire(
+        &self,
+        _slot: &Slot<Maintenance>,
+        call: &FireCall,
+    ) -> Result<Vec<SegmentOutcome>, Error> {
         assert_fire_call_well_formed(call);
         let a = FireArrays::of(call);
         let rows = self
@@ -281,7 +379,9 @@ impl Store for PgStore {
                 Ok(SegmentOutcome {
                     segment: usize::try_from(row.try_get::<i32, _>(0)?).unwrap_or(usize::MAX),
                     result: match (result.as_str(), first_offset) {
-                        ("fired", Some(offset)) => SegmentResult::Fired { first_offset: non_negative(offset) },
+                        ("fired", Some(offset)) => SegmentResult::Fired {
+                            first_offset: non_negative(offset),
+                        },
                         _ => SegmentResult::Stale,
                     },
                     timers: u32::try_from(row.try_get::<i32, _>(2)?).unwrap_or(0),
@@ -303,7 +403,10 @@ impl Store for PgStore {
         let queues: Vec<String> = rows.iter().map(|r| r.timer.queue.clone()).collect();
         let keys: Vec<String> = rows.iter().map(|r| r.timer.timer_key.clone()).collect();
         let tokens: Vec<Uuid> = rows.iter().map(|r| r.timer.token).collect();
-        let backoff: Vec<i32> = rows.iter().map(|r| clamp_i32(r.backoff.as_millis() as u64)).collect();
+        let backoff: Vec<i32> = rows
+            .iter()
+            .map(|r| clamp_i32(r.backoff.as_millis() as u64))
+            .collect();
         let error = error.to_owned();
         let rows = self
             .call("fail", move |c| {
@@ -346,19 +449,26 @@ impl Store for PgStore {
         let archived: i64 = self
             .call("dlq", move |c| {
                 Box::pin(
-                    sqlx::query_scalar("SELECT count(*) FROM queen.log_timers_dlq_v1($1, $2, $3, $4, now())")
-                        .bind(tenants)
-                        .bind(queues)
-                        .bind(keys)
-                        .bind(tokens)
-                        .fetch_one(c),
+                    sqlx::query_scalar(
+                        "SELECT count(*) FROM queen.log_timers_dlq_v1($1, $2, $3, $4, now())",
+                    )
+                    .bind(tenants)
+                    .bind(queues)
+                    .bind(keys)
+                    .bind(tokens)
+                    .fetch_one(c),
                 )
             })
             .await?;
         Ok(non_negative(archived))
     }
 
-    async fn kv_expire_step(&self, _slot: &Slot<Maintenance>, shards: &ShardOrder, max_rows: u32) -> Result<ExpireStep, Error> {
+    async fn kv_expire_step(
+        &self,
+        _slot: &Slot<Maintenance>,
+        shards: &ShardOrder,
+        max_rows: u32,
+    ) -> Result<ExpireStep, Error> {
         let shards = shard_array(shards);
         let value: serde_json::Value = self
             .call("prune", move |c| {
@@ -380,7 +490,12 @@ impl Store for PgStore {
         })
     }
 
-    async fn usage_step(&self, _slot: &Slot<Maintenance>, after_tenant: Option<&str>, max_tenants: u32) -> Result<UsageStep, Error> {
+    async fn usage_step(
+        &self,
+        _slot: &Slot<Maintenance>,
+        after_tenant: Option<&str>,
+        max_tenants: u32,
+    ) -> Result<UsageStep, Error> {
         let after = after_tenant.map(str::to_owned);
         let value: serde_json::Value = self
             .call("usage", move |c| {
@@ -414,11 +529,20 @@ impl Store for PgStore {
             })
             .await?;
         // A missing or malformed row means "on": a switch is an operator's explicit act.
-        let enabled = |value: Option<serde_json::Value>| value.and_then(|v| v.as_bool()).unwrap_or(true);
-        Ok(SwitchStates { schedule_enabled: enabled(schedule), fire_enabled: enabled(fire) })
+        let enabled =
+            |value: Option<serde_json::Value>| value.and_then(|v| v.as_bool()).unwrap_or(true);
+        Ok(SwitchStates {
+            schedule_enabled: enabled(schedule),
+            fire_enabled: enabled(fire),
+        })
     }
 
-    async fn write_switch(&self, _slot: &Slot<Maintenance>, switch: Switch, enabled: bool) -> Result<(), Error> {
+    async fn write_switch(
+        &self,
+        _slot: &Slot<Maintenance>,
+        switch: Switch,
+        enabled: bool,
+    ) -> Result<(), Error> {
         self.call("switches", move |c| {
             Box::pin(
                 sqlx::query("SELECT queen.system_state_set_v1($1, $2, now())")
@@ -447,23 +571,30 @@ impl<'c> PgTimerTx<'c> {
 
     /// The transaction, for the caller's own statements.
     pub async fn connection(&mut self) -> Result<&mut sqlx::PgConnection, Error> {
-        self.tx.acquire().await.map_err(|e| database_error(&e, "schedule transaction"))
+        self.tx
+            .acquire()
+            .await
+            .map_err(|e| database_error(&e, "schedule transaction"))
     }
 }
 
 impl TimerTx for PgTimerTx<'_> {
     async fn apply(&mut self, tenant: &str, ops: &[TimerOp]) -> Result<Vec<ApplyResult>, Error> {
         let ops = serde_json::Value::Array(ops.iter().map(TimerOp::to_json).collect());
-        let value: serde_json::Value = sqlx::query_scalar("SELECT queen.log_timers_apply_v1($1, $2, now())")
-            .bind(tenant)
-            .bind(ops)
-            .fetch_one(&mut *self.tx)
-            .await
-            .map_err(|e| database_error(&e, "schedule"))?;
+        let value: serde_json::Value =
+            sqlx::query_scalar("SELECT queen.log_timers_apply_v1($1, $2, now())")
+                .bind(tenant)
+                .bind(ops)
+                .fetch_one(&mut *self.tx)
+                .await
+                .map_err(|e| database_error(&e, "schedule"))?;
         decode_json(value, "schedule")
     }
 
     async fn commit(self) -> Result<(), Error> {
-        self.tx.commit().await.map_err(|e| database_error(&e, "committing a schedule"))
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| database_error(&e, "committing a schedule"))
     }
 }

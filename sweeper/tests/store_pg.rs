@@ -1,0 +1,176 @@
+//! `store::pg` against real PostgreSQL: timeouts and what a timed-out call leaves behind.
+
+use std::time::Duration;
+
+use queen_sweeper::admission::Admission;
+use queen_sweeper::classify::Class;
+use queen_sweeper::drain::plan_fire_calls;
+use queen_sweeper::store::pg::{PgStore, connect_options};
+use queen_sweeper::store::{SegmentResult, ShardOrder, Store};
+use queen_sweeper::testing::TestDb;
+use sqlx::postgres::PgPoolOptions;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_past_its_statement_timeout_is_cancelled_server_side_and_the_pool_still_works() {
+    let db = TestDb::new().await;
+    let timeout = Duration::from_millis(300);
+    let options = connect_options(&db.url(), timeout, "timeout-test").unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = PgStore::from_pool(pool, timeout);
+    let admission = Admission::new(Default::default());
+
+    // A due timer whose partition a push-like transaction holds locked.
+    sqlx::query(
+        "SELECT * FROM queen.log_push_v1('t', 'q', 'p', ARRAY['\\x00'::bytea], NULL, now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        r#"SELECT queen.log_timers_apply_v1('t', '[{"op": "schedule", "queue": "q", "timerKey": "k", "partition": "p", "delayMs": -1, "payload": 7}]', now())"#,
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut blocker = db.connection().await;
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM queen.log_partitions FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let slot = admission.maintenance().await;
+    let claimed = store
+        .claim(
+            &slot,
+            &ShardOrder::starting_at(0),
+            Duration::from_secs(30),
+            10,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
+    let error = store
+        .fire(&slot, &call)
+        .await
+        .expect_err("the fire waits on the partition lock past its timeout");
+    assert_eq!(
+        error.sqlstate(),
+        Some("57014"),
+        "cancelled by the server's statement_timeout: {error}"
+    );
+    assert_eq!(error.class(), Class::Transient);
+
+    // Nothing of the cancelled fire is left running in the server.
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'timeout-test' AND state = 'active'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(running, 0);
+
+    // The lock goes away; the same pool fires the same claim (the cancelled fire rolled back).
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let outcomes = store
+        .fire(&slot, &call)
+        .await
+        .expect("the pool's connection is usable again");
+    assert!(
+        matches!(outcomes[0].result, SegmentResult::Fired { .. }),
+        "{outcomes:?}"
+    );
+    let messages: i64 = sqlx::query_scalar("SELECT count(*) FROM queen.log_messages")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(messages, 2, "the push and the fired timer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_side_timeout_gives_up_the_connection_instead_of_reusing_it() {
+    let db = TestDb::new().await;
+    // The server would wait 60 s; the client gives up after 60 ms + grace. A pool of one
+    // connection proves the stuck connection is not handed out again.
+    let options = connect_options(&db.url(), Duration::from_secs(60), "client-timeout").unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = PgStore::from_pool(pool.clone(), Duration::from_millis(60));
+    let admission = Admission::new(Default::default());
+    sqlx::query(
+        r#"SELECT queen.log_timers_apply_v1('t', '[{"op": "schedule", "queue": "q", "timerKey": "k", "partition": "p", "delayMs": -1, "payload": 7}]', now())"#,
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "SELECT * FROM queen.log_push_v1('t', 'q', 'p', ARRAY['\\x00'::bytea], NULL, now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut blocker = db.connection().await;
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM queen.log_partitions FOR UPDATE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let slot = admission.maintenance().await;
+    let claimed = store
+        .claim(
+            &slot,
+            &ShardOrder::starting_at(0),
+            Duration::from_secs(30),
+            10,
+            10,
+        )
+        .await
+        .unwrap();
+    let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
+    let error = tokio::time::timeout(Duration::from_secs(10), store.fire(&slot, &call))
+        .await
+        .expect("the client gives up by itself")
+        .expect_err("timed out");
+    assert!(
+        matches!(error, queen_sweeper::Error::Timeout { .. }),
+        "{error}"
+    );
+    assert_eq!(error.class(), Class::Transient);
+
+    // The abandoned connection was closed; its backend notices while still waiting on the lock,
+    // aborts the fire and ends. Only then is the lock released.
+    let mut gone = false;
+    for _ in 0..250 {
+        let backends: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'client-timeout'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if backends == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the timed-out connection's backend is still there");
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let messages: i64 = sqlx::query_scalar("SELECT count(*) FROM queen.log_messages")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        messages, 1,
+        "only the push: the abandoned fire did not commit"
+    );
+}
