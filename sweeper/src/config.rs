@@ -312,7 +312,9 @@ impl Config {
     }
 }
 
-fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
+/// Parses one knob's raw value, bounds included; the error names the variable, the value and the
+/// allowed range. Shared with the API's limits (`crate::api::limits`).
+pub(crate) fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
     let trimmed = raw.trim();
     if trimmed.starts_with('-') {
         return Err(out_of_range(knob, raw));
@@ -330,7 +332,7 @@ fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
     }
 }
 
-fn out_of_range(knob: &Knob, raw: &str) -> String {
+pub(crate) fn out_of_range(knob: &Knob, raw: &str) -> String {
     format!(
         "{}={raw:?} is out of range; allowed: an integer in {}..={} ({})",
         knob.var, knob.min, knob.max, knob.help

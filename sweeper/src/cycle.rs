@@ -225,11 +225,14 @@ impl<S: Store> Sweeper<S> {
             }
             _ => None,
         };
-        let pressured = matches!(&probe, Ok(p) if p.due_capped)
-            || matches!(
-                drain.map(|d| d.stop),
-                Some(DrainStop::RowBudget | DrainStop::LeaseBudget)
-            );
+        // Pressure is the fire falling behind; with the fire switched off nothing is falling
+        // behind that shedding could help, and the prune keeps its cadence.
+        let pressured = self.switches.fire_enabled()
+            && (matches!(&probe, Ok(p) if p.due_capped)
+                || matches!(
+                    drain.map(|d| d.stop),
+                    Some(DrainStop::RowBudget | DrainStop::LeaseBudget)
+                ));
         self.pressure = if pressured {
             self.pressure.saturating_add(1)
         } else {
@@ -333,6 +336,9 @@ impl<S: Store> Sweeper<S> {
         let Some(drain) = drain else {
             return Outcome::NothingDue; // due, but the fire is switched off
         };
+        if drain.transient_failures > 0 {
+            return Outcome::NothingDue; // the database is struggling: back off to the ceiling
+        }
         match drain.stop {
             DrainStop::EmptyClaim if drain.first_claim_empty() => self.after_empty_claim(),
             DrainStop::EmptyClaim

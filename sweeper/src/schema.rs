@@ -43,6 +43,7 @@ pub const FILES: &[SqlFile] = sql_files![
     "021_quota.sql",
     "030_kv_sweeper.sql",
     "040_system_state.sql",
+    "050_api_reads.sql",
 ];
 
 /// Attempts of one apply when it loses a race with another broker's apply.

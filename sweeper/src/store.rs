@@ -15,6 +15,7 @@ pub mod pg;
 use std::future::Future;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::admission::{Maintenance, Slot};
@@ -50,7 +51,7 @@ impl ShardOrder {
 }
 
 /// PROBE: what is due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     /// Milliseconds until the earliest row becomes visible; 0 when something is due; `None` when
     /// the table is empty.
@@ -63,7 +64,7 @@ pub struct Probe {
 }
 
 /// Where a timer's message goes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Destination {
     pub tenant: String,
     pub queue: String,
@@ -71,7 +72,7 @@ pub struct Destination {
 }
 
 /// A row this broker claimed: in its hands until the lease ends, proven by `token`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimedTimer {
     pub destination: Destination,
     pub timer_key: String,
@@ -101,14 +102,14 @@ impl ClaimedTimer {
 }
 
 /// A timer key with the token that proves this broker holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldTimer {
     pub timer_key: String,
     pub token: Uuid,
 }
 
 /// The claimed timers of one destination in one fire call, in claim order. All or nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
     pub destination: Destination,
     pub timers: Vec<HeldTimer>,
@@ -117,7 +118,7 @@ pub struct Segment {
 }
 
 /// One fire transaction: segments of distinct destinations.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FireCall {
     pub segments: Vec<Segment>,
 }
@@ -132,7 +133,7 @@ impl FireCall {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SegmentResult {
     /// Every row was still held: the messages are in the log from `first_offset` on.
     Fired { first_offset: u64 },
@@ -140,7 +141,7 @@ pub enum SegmentResult {
     Stale,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentOutcome {
     /// Index into [`FireCall::segments`].
     pub segment: usize,
@@ -149,7 +150,7 @@ pub struct SegmentOutcome {
 }
 
 /// A held timer identified in full (tenant, queue, key) with its token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimerRef {
     pub tenant: String,
     pub queue: String,
@@ -158,13 +159,13 @@ pub struct TimerRef {
 }
 
 /// A held timer whose fire failed, and how long it should back off.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailRow {
     pub timer: TimerRef,
     pub backoff: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailOutcome {
     pub tenant: String,
     pub queue: String,
@@ -175,7 +176,7 @@ pub struct FailOutcome {
 }
 
 /// PRUNE: one step of the KV expiry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ExpireStep {
     pub deleted: u64,
     /// The scan found fewer expired rows than the budget.
@@ -188,7 +189,7 @@ pub struct ExpireStep {
 }
 
 /// ROLLUP: one step of the usage rollup.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct UsageStep {
     pub tenants: u32,
     pub zeroed: u32,
@@ -198,7 +199,7 @@ pub struct UsageStep {
 }
 
 /// The two operator kill switches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Switch {
     /// New schedules are refused; cancels still work.
     Schedule,
@@ -216,7 +217,7 @@ impl Switch {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwitchStates {
     pub schedule_enabled: bool,
     pub fire_enabled: bool,

@@ -257,6 +257,11 @@ impl SubClocks {
             );
         } else {
             gate.next_at = now + gate.every;
+            if phase == SlowPhase::Rollup {
+                // An unfinished rollup resumes from its cursor, but at the next gate, not the
+                // next pass: the error may be the database asking for room.
+                self.rollup_in_progress = false;
+            }
             tracing::warn!(%error, phase = phase.name(), "slow phase failed; retrying at its next gate");
         }
     }

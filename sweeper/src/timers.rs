@@ -22,7 +22,7 @@ use crate::switches::Switches;
 use crate::waker::Waker;
 
 /// A timer's payload: a JSON value (stored as its UTF-8 text) or raw bytes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Payload {
     Json(Value),
     Bytes(Vec<u8>),
@@ -30,7 +30,7 @@ pub enum Payload {
 
 /// One operation of a schedule call. `delay_ms` is relative to the database's `now()`; a negative
 /// delay is legal and due at once.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TimerOp {
     Schedule {
         queue: String,
