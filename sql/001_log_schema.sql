@@ -41,6 +41,16 @@
 -- [not measured] QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS = 5000: every call is cancelled server-side after this.
 -- [not measured] QUEEN_SWEEPER_MAX_ATTEMPTS = 5: failed fires before a timer goes to the DLQ.
 --
+-- API LIMITS (queen-sweeper serve; sweeper/src/api/limits.rs)
+-- [not measured] QUEEN_TIMERS_MAX_PAYLOAD_BYTES = 262144: one timer's payload; SQS's familiar bound, far under one 8 MiB fire.
+-- [not measured] QUEEN_TIMERS_MAX_OPS_PER_CALL = 1000: operations sharing one schedule transaction.
+-- [not measured] QUEEN_TIMERS_MAX_HORIZON_S = 31536000: a year ahead; further is more likely a unit mistake than a plan.
+-- [not measured] QUEEN_API_MAX_BODY_BYTES = 4194304: one request body; room for twelve base64-encoded payloads at their limit.
+-- [not measured] QUEEN_API_MAX_KEY_BYTES = 512: a name; three of them fit a B-tree entry with room to spare.
+-- [not measured] QUEEN_API_MAX_IN_FLIGHT = 64: requests served at once before a 503; eight per API connection.
+-- [not measured] QUEEN_API_POOL_SIZE = 8: the API's connections, apart from the sweeper's pool.
+-- [not measured] QUEEN_API_REQUEST_TIMEOUT_MS = 15000: a request's deadline; above two statement timeouts plus grace.
+--
 -- Files in sql/ are applied in lexical order, every time a broker boots, in one transaction, so
 -- everything here is idempotent: IF NOT EXISTS for objects, CREATE OR REPLACE for functions, and
 -- ALTER ... SET for storage options so that a changed number reaches an existing table.

@@ -13,7 +13,8 @@
 //! | [`timers`] | the schedule seam: apply inside a transaction, ring the wake only after commit |
 //! | [`switches`] | the two kill switches, mirrored to `queen.system_state` |
 //! | [`admission`] | lanes and slots: a slot before a connection, never the reverse |
-//! | [`store`] | the port to PostgreSQL (a trait); [`store::pg`] is its sqlx implementation |
+//! | [`store`] | the port to PostgreSQL (a trait); [`store::pg`] is its sqlx implementation, [`store::pg_api`] the HTTP API's reads and KV |
+//! | [`api`] | `queen-sweeper serve`'s HTTP surface: timers through the seam, KV, messages, switches, limits |
 //! | [`classify`] | SQLSTATE → transient / config / permanent; [`error`] is the crate's one error |
 //! | [`config`] | every knob, its default and its validation |
 //! | [`metrics`] | the Prometheus series |
@@ -22,6 +23,7 @@
 //! | `testing` | (feature `testing`) a throwaway PostgreSQL and a database per test |
 
 pub mod admission;
+pub mod api;
 pub mod classify;
 pub mod clock;
 pub mod config;

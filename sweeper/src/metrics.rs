@@ -206,6 +206,12 @@ impl Metrics {
         text
     }
 
+    /// Every series without the closing `# EOF`, so that a process can append series of its own
+    /// before closing the exposition (the HTTP API does: `crate::api::metrics`).
+    pub fn encode_series(&self, text: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode_registry(text, &self.registry)
+    }
+
     pub fn query(&self, kind: &'static str) {
         self.queries.get_or_create(&KindLabel { kind }).inc();
     }

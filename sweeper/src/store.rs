@@ -11,6 +11,7 @@
 //! (`next_in_ms`, `late_ms`) are computed by the database.
 
 pub mod pg;
+pub mod pg_api;
 
 use std::future::Future;
 use std::time::Duration;

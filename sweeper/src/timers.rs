@@ -25,7 +25,25 @@ use crate::waker::Waker;
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Payload {
     Json(Value),
-    Bytes(Vec<u8>),
+    /// Serialised as base64 text, not as a JSON array of numbers (four times smaller, and
+    /// parsed at memory speed).
+    Bytes(#[serde(with = "base64_text")] Vec<u8>),
+}
+
+mod base64_text {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// One operation of a schedule call. `delay_ms` is relative to the database's `now()`; a negative
@@ -347,6 +365,14 @@ mod tests {
             .unwrap();
         assert_eq!(applied.wake.at(), Some(now));
         assert!(seam.commit(tx, applied.wake).await.unwrap());
+    }
+
+    #[test]
+    fn byte_payloads_travel_as_base64_text() {
+        let payload = Payload::Bytes(vec![0, 255, 7]);
+        let text = serde_json::to_string(&payload).unwrap();
+        assert_eq!(text, r#"{"Bytes":"AP8H"}"#);
+        assert_eq!(serde_json::from_str::<Payload>(&text).unwrap(), payload);
     }
 
     #[test]

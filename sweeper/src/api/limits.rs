@@ -309,7 +309,10 @@ mod tests {
             ("QUEEN_TIMERS_MAX_HORIZON_S", "1y"),
         ])
         .unwrap_err();
-        assert!(e.contains("QUEEN_API_MAX_IN_FLIGHT=\"0\" is out of range"), "{e}");
+        assert!(
+            e.contains("QUEEN_API_MAX_IN_FLIGHT=\"0\" is out of range"),
+            "{e}"
+        );
         assert!(e.contains("1..=100000"), "{e}");
         assert!(
             e.contains("QUEEN_TIMERS_MAX_HORIZON_S=\"1y\" is not a whole number"),
@@ -337,7 +340,10 @@ mod tests {
             ("QUEEN_API_MAX_BODY_BYTES", "8095"),
         ])
         .unwrap_err();
-        assert!(e.contains("QUEEN_API_MAX_BODY_BYTES=8095 is below 8096"), "{e}");
+        assert!(
+            e.contains("QUEEN_API_MAX_BODY_BYTES=8095 is below 8096"),
+            "{e}"
+        );
     }
 
     #[test]

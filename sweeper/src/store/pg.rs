@@ -138,8 +138,9 @@ impl PgStore {
     }
 
     /// Runs `query` on a pooled connection under the client timeout. A connection whose call
-    /// timed out on the client side is closed, not reused.
-    async fn call<T>(
+    /// timed out on the client side is closed, not reused. The API's reads use it too
+    /// ([`super::pg_api`]).
+    pub(crate) async fn call<T>(
         &self,
         context: &'static str,
         query: impl for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BoxFuture<'c, Result<T, sqlx::Error>>,

@@ -1,0 +1,27 @@
+//! `queen-sim`: a deterministic simulation of N Queen brokers' sweepers against a model of
+//! PostgreSQL, on turmoil.
+//!
+//! Where to start reading: [`scenarios`] names the runs; [`world`] builds and runs one.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`world`] | the turmoil world: host `db`, hosts `broker-i` running the real sweeper cycle, load hosts, faults, the two phases |
+//! | [`model`] | the modelled PostgreSQL: tables, statements mirroring `sql/`, locks, the WAL, costs |
+//! | [`client`] | [`client::SimStore`], the sweeper's `Store` port over the simulated wire |
+//! | [`wire`] | requests and responses between brokers, load hosts and `db` |
+//! | [`checkers`] | the invariants, checked outside the model |
+//! | [`analysis`] | numbers from a run: lateness, stale segments, queries, over time |
+//! | [`scenarios`] | `livelock`, `spin`, `crash`, `wake`, `burst`, `fairness`, `partition`, `swarm` |
+//! | [`report`] | the summary table, the JSON report, the plots |
+//! | [`rng`], [`time`] | the seeded generator and simulated time |
+
+pub mod analysis;
+pub mod checkers;
+pub mod client;
+pub mod model;
+pub mod report;
+pub mod rng;
+pub mod scenarios;
+pub mod time;
+pub mod wire;
+pub mod world;

@@ -1,0 +1,141 @@
+//! `sim`: run named, seeded scenarios of the Queen sweeper's deterministic simulation.
+//!
+//! ```text
+//! sim --scenario livelock --seed 1 [--json report.json] [--duration-s 600]
+//! sim --swarm --seeds 1..50
+//! sim --all --seeds 1..3
+//! sim --list
+//! ```
+//!
+//! Every run prints its seed first; a failure prints the command that reproduces it and exits 1.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use queen_sim::report;
+use queen_sim::scenarios::{self, Options, ScenarioReport};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sim",
+    about = "Deterministic simulation of N Queen brokers against a modelled PostgreSQL"
+)]
+struct Cli {
+    /// One scenario by name (see --list).
+    #[arg(long, conflicts_with_all = ["swarm", "all"])]
+    scenario: Option<String>,
+    /// The seed of a single run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The swarm: random worlds, one per seed of --seeds.
+    #[arg(long)]
+    swarm: bool,
+    /// Every scenario on every seed of --seeds.
+    #[arg(long)]
+    all: bool,
+    /// A seed range, `A..B` (B excluded) or `A..=B`.
+    #[arg(long, value_parser = parse_seeds)]
+    seeds: Option<std::ops::Range<u64>>,
+    /// Length of the safety phase in simulated seconds (each scenario has its own default).
+    #[arg(long)]
+    duration_s: Option<u64>,
+    /// Write the JSON report here (`-` for stdout).
+    #[arg(long)]
+    json: Option<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn parse_seeds(text: &str) -> Result<std::ops::Range<u64>, String> {
+    let bad =
+        || format!("{text:?} is not a seed range; write A..B (B excluded) or A..=B, e.g. 1..51");
+    let (a, b, inclusive) = if let Some((a, b)) = text.split_once("..=") {
+        (a, b, true)
+    } else if let Some((a, b)) = text.split_once("..") {
+        (a, b, false)
+    } else {
+        return Err(bad());
+    };
+    let a: u64 = a.trim().parse().map_err(|_| bad())?;
+    let b: u64 = b.trim().parse().map_err(|_| bad())?;
+    let end = if inclusive { b + 1 } else { b };
+    if end <= a {
+        return Err(format!("{text:?} is an empty seed range"));
+    }
+    Ok(a..end)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.list {
+        println!("{}", scenarios::NAMES.join("\n"));
+        return ExitCode::SUCCESS;
+    }
+    let options = Options {
+        duration_s: cli.duration_s,
+    };
+    let plan: Vec<(String, u64)> = match (&cli.scenario, cli.swarm, cli.all) {
+        (Some(name), _, _) => vec![(name.clone(), cli.seed)],
+        (None, true, _) => seeds(&cli).map(|s| ("swarm".to_owned(), s)).collect(),
+        (None, false, true) => scenarios::NAMES
+            .iter()
+            .flat_map(|n| seeds(&cli).map(move |s| ((*n).to_owned(), s)))
+            .collect(),
+        (None, false, false) => {
+            eprintln!(
+                "sim: say what to run: --scenario NAME, --swarm --seeds A..B, or --all --seeds A..B (--list names them)"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let mut reports: Vec<ScenarioReport> = Vec::with_capacity(plan.len());
+    let mut failed = Vec::new();
+    for (i, (name, seed)) in plan.iter().enumerate() {
+        println!("[{}/{}] seed {seed} scenario {name}", i + 1, plan.len());
+        match scenarios::run(name, *seed, options) {
+            Ok(report) => {
+                print!("{}", report::table(&report));
+                if !report.passed {
+                    failed.push(report.reproduce.clone());
+                }
+                reports.push(report);
+            }
+            Err(message) => {
+                eprintln!("sim: {message}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = &cli.json {
+        let text = report::json(&reports);
+        let written = if path == "-" {
+            use std::io::Write as _;
+            std::io::stdout().write_all(text.as_bytes())
+        } else {
+            std::fs::write(path, text)
+        };
+        if let Err(e) = written {
+            eprintln!("sim: cannot write {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if failed.is_empty() {
+        println!("{} run(s), all passed", reports.len());
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "{} of {} run(s) FAILED; reproduce with:",
+            failed.len(),
+            reports.len()
+        );
+        for command in failed {
+            println!("  {command}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+fn seeds(cli: &Cli) -> std::ops::Range<u64> {
+    cli.seeds.clone().unwrap_or(cli.seed..cli.seed + 1)
+}

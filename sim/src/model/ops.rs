@@ -1,0 +1,652 @@
+//! The model's statements as pure state transitions over [`Tables`], one per SQL function. The
+//! timing (lock waits, WAL, costs) is [`super::server`]'s; here only what each call reads and
+//! writes, mirroring `sql/` closely enough that the conformance suite passes on both.
+
+use std::collections::BTreeMap;
+
+use queen_sweeper::store::{
+    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, TimerRef,
+    UsageStep,
+};
+use queen_sweeper::timers::{ApplyResult, ApplyStatus, Payload, TimerOp};
+use uuid::Uuid;
+
+use super::state::{DeadLetter, KvKey, Pruned, Tables, TimerKey, TimerRow, Us};
+
+/// A failed statement: SQLSTATE and message, as PostgreSQL would raise them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlError {
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
+fn invalid(message: impl Into<String>) -> SqlError {
+    SqlError {
+        sqlstate: "22023",
+        message: message.into(),
+    }
+}
+
+fn ms_between(later: Us, earlier: Us) -> u64 {
+    later.saturating_sub(earlier).div_ceil(1000)
+}
+
+/// PROBE over committed rows: fixed cost per shard, not per backlog row.
+pub fn probe(t: &Tables, shards: &[u8], now: Us, cap: u32) -> Probe {
+    let mut next: Option<Us> = None;
+    let mut oldest_due_deliver: Option<Us> = None;
+    let mut due: u64 = 0;
+    for &shard in shards {
+        let mut range = t.index.range((shard, 0, min_key())..);
+        if let Some((s, visible_at, key)) = range.next()
+            && *s == shard
+        {
+            next = Some(next.map_or(*visible_at, |n| n.min(*visible_at)));
+            if *visible_at <= now {
+                let deliver = t.timers[key].deliver_at;
+                oldest_due_deliver = Some(oldest_due_deliver.map_or(deliver, |d| d.min(deliver)));
+            }
+        }
+        if due <= u64::from(cap) {
+            due += t
+                .index
+                .range((shard, 0, min_key())..)
+                .take_while(|(s, visible_at, _)| *s == shard && *visible_at <= now)
+                .take((u64::from(cap) + 1 - due) as usize)
+                .count() as u64;
+        }
+    }
+    Probe {
+        next_in_ms: next.map(|n| ms_between(n, now)),
+        due: due.min(u64::from(cap)) as u32,
+        due_capped: due > u64::from(cap),
+        late_ms: oldest_due_deliver.map_or(0, |d| now.saturating_sub(d) / 1000),
+    }
+}
+
+fn min_key() -> TimerKey {
+    TimerKey {
+        tenant: String::new(),
+        queue: String::new(),
+        key: String::new(),
+    }
+}
+
+/// CLAIM, first half: chooses and locks rows (skipping rows other transactions lock), in rounds
+/// over the shards like the SQL. Returns the chosen keys with their pre-claim visible_at.
+pub fn claim_lock(
+    t: &mut Tables,
+    txn: u64,
+    shards: &[u8],
+    now: Us,
+    max_rows: u32,
+    per_tenant: u32,
+) -> Vec<(TimerKey, Us)> {
+    let mut picked: Vec<(TimerKey, Us)> = Vec::new();
+    let mut per: BTreeMap<String, u32> = BTreeMap::new();
+    let mut active: Vec<u8> = shards.to_vec();
+    let mut remaining = max_rows as usize;
+    while remaining > 0 && !active.is_empty() {
+        let share = remaining.div_ceil(active.len());
+        let mut next_active = Vec::new();
+        let mut round = 0;
+        for &shard in &active {
+            if remaining == 0 {
+                break;
+            }
+            let mut taken = 0;
+            let candidates: Vec<(Us, TimerKey)> = t
+                .index
+                .range((shard, 0, min_key())..)
+                .take_while(|(s, visible_at, _)| *s == shard && *visible_at <= now)
+                .filter(|(_, _, key)| {
+                    !t.locked_by_other(key, txn) && !t.row_locks.contains_key(key)
+                })
+                .filter(|(_, _, key)| per.get(&key.tenant).copied().unwrap_or(0) < per_tenant)
+                .take(share.min(remaining))
+                .map(|(_, visible_at, key)| (*visible_at, key.clone()))
+                .collect();
+            for (visible_at, key) in candidates {
+                let count = per.entry(key.tenant.clone()).or_default();
+                if *count >= per_tenant {
+                    continue;
+                }
+                *count += 1;
+                t.row_locks.insert(key.clone(), txn);
+                picked.push((key, visible_at));
+                taken += 1;
+                remaining -= 1;
+            }
+            round += taken;
+            if taken >= share {
+                next_active.push(shard);
+            }
+        }
+        if round == 0 {
+            break;
+        }
+        active = next_active;
+    }
+    picked
+}
+
+/// CLAIM, second half (commit): leases and tokens, in pre-claim visibility order.
+pub fn claim_commit(
+    t: &mut Tables,
+    txn: u64,
+    picked: Vec<(TimerKey, Us)>,
+    now: Us,
+    lease_us: Us,
+) -> Vec<ClaimedTimer> {
+    let mut ordered = picked;
+    ordered.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    let mut claimed = Vec::with_capacity(ordered.len());
+    for (key, _) in ordered {
+        let token = t.new_token();
+        let mut row = t.timers.get(&key).expect("a locked row exists").clone();
+        row.claimed_until = Some(now + lease_us);
+        row.token = Some(token);
+        claimed.push(ClaimedTimer {
+            destination: Destination {
+                tenant: key.tenant.clone(),
+                queue: key.queue.clone(),
+                partition: row.partition.clone(),
+            },
+            timer_key: key.key.clone(),
+            token,
+            attempts: row.attempts,
+            late_ms: now.saturating_sub(row.deliver_at) / 1000,
+            payload_bytes: row.payload_bytes,
+        });
+        t.insert_timer(key, row);
+    }
+    t.release_locks(txn);
+    claimed
+}
+
+/// The rows of a fire call, per segment, as keys with tokens.
+pub fn fire_rows(call: &FireCall) -> Vec<Vec<(TimerKey, Uuid)>> {
+    call.segments
+        .iter()
+        .map(|segment| {
+            segment
+                .timers
+                .iter()
+                .map(|held| {
+                    let key = TimerKey {
+                        tenant: segment.destination.tenant.clone(),
+                        queue: segment.destination.queue.clone(),
+                        key: held.timer_key.clone(),
+                    };
+                    (key, held.token)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// FIRE's guards: the call's shape, as `log_timers_fire_v1` checks it.
+pub fn fire_check(call: &FireCall) -> Result<(), SqlError> {
+    let mut destinations = std::collections::BTreeSet::new();
+    let mut keys = std::collections::BTreeSet::new();
+    for segment in &call.segments {
+        if segment.timers.is_empty() {
+            return Err(invalid("log_timers_fire_v1: segment sizes must be >= 1"));
+        }
+        if !destinations.insert(&segment.destination) {
+            return Err(invalid(
+                "log_timers_fire_v1: two segments name the same destination",
+            ));
+        }
+        for held in &segment.timers {
+            if !keys.insert((
+                &segment.destination.tenant,
+                &segment.destination.queue,
+                &held.timer_key,
+            )) {
+                return Err(invalid(
+                    "log_timers_fire_v1: a timer appears twice in one call",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one lock attempt of a fire found for one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowState {
+    /// Locked by this fire, token matches.
+    Held,
+    /// Token matches, but another transaction locks the row this instant: poll again.
+    Busy,
+    /// Gone, or another token.
+    Lost,
+}
+
+/// FIRE, lock step (SKIP LOCKED): locks every row still carrying its token and not locked by
+/// another transaction.
+pub fn fire_lock(t: &mut Tables, txn: u64, rows: &[(TimerKey, Uuid)], states: &mut [RowState]) {
+    for (i, (key, token)) in rows.iter().enumerate() {
+        if states[i] == RowState::Held {
+            continue;
+        }
+        let ours = t
+            .timers
+            .get(key)
+            .is_some_and(|row| row.token == Some(*token));
+        states[i] = if !ours {
+            RowState::Lost
+        } else if t.locked_by_other(key, txn) {
+            RowState::Busy
+        } else {
+            t.row_locks.insert(key.clone(), txn);
+            RowState::Held
+        };
+    }
+}
+
+/// FIRE, stale segment: gives back the rows this fire holds, visible at once.
+pub fn release_stale(t: &mut Tables, rows: &[(TimerKey, Uuid)], states: &[RowState]) {
+    for (i, (key, _)) in rows.iter().enumerate() {
+        if states[i] == RowState::Held {
+            t.update_timer(key, |row| {
+                row.token = None;
+                row.claimed_until = None;
+            });
+        }
+    }
+}
+
+/// FIRE, live segment (commit): the timers become messages; returns the first offset.
+pub fn fire_commit_segment(
+    t: &mut Tables,
+    destination: &Destination,
+    rows: &[(TimerKey, Uuid)],
+    now: Us,
+    by: &str,
+) -> u64 {
+    let entries: Vec<(String, Uuid)> = rows
+        .iter()
+        .map(|(key, _)| {
+            let row = t.remove_timer(key).expect("a held row exists");
+            (row.txn, row.message_id)
+        })
+        .collect();
+    t.append(destination, entries, now, super::state::Source::Fire, by)
+}
+
+/// FAIL: backoff, attempts, exhaustion, for rows still held with their token.
+pub fn fail(
+    t: &mut Tables,
+    txn: u64,
+    rows: &[FailRow],
+    error: &str,
+    transient: bool,
+    max_attempts: u32,
+    now: Us,
+) -> Vec<FailOutcome> {
+    let mut outcomes = Vec::new();
+    for row in rows {
+        let key = timer_key(&row.timer);
+        let held = t
+            .timers
+            .get(&key)
+            .is_some_and(|r| r.token == Some(row.timer.token))
+            && !t.locked_by_other(&key, txn);
+        if !held {
+            continue;
+        }
+        let mut updated = t.timers[&key].clone();
+        updated.attempts += u32::from(!transient);
+        let exhausted = !transient && updated.attempts >= max_attempts;
+        if !transient {
+            updated.last_error = Some(error.chars().take(2000).collect());
+        }
+        if !exhausted {
+            updated.token = None;
+            updated.claimed_until = Some(now + row.backoff.as_micros() as Us);
+        }
+        outcomes.push(FailOutcome {
+            tenant: key.tenant.clone(),
+            queue: key.queue.clone(),
+            timer_key: key.key.clone(),
+            attempts: updated.attempts,
+            exhausted,
+        });
+        t.insert_timer(key, updated);
+    }
+    outcomes.sort_by(|a, b| {
+        (&a.tenant, &a.queue, &a.timer_key).cmp(&(&b.tenant, &b.queue, &b.timer_key))
+    });
+    outcomes
+}
+
+/// DLQ: archives rows still held with their token.
+pub fn dlq(t: &mut Tables, txn: u64, rows: &[TimerRef]) -> u64 {
+    let mut archived = 0;
+    for timer in rows {
+        let key = timer_key(timer);
+        let held = t
+            .timers
+            .get(&key)
+            .is_some_and(|r| r.token == Some(timer.token))
+            && !t.locked_by_other(&key, txn);
+        if held && let Some(row) = t.remove_timer(&key) {
+            t.dlq.push(DeadLetter {
+                key,
+                txn: row.txn,
+                payload_bytes: row.payload_bytes,
+                attempts: row.attempts,
+            });
+            archived += 1;
+        }
+    }
+    archived
+}
+
+fn timer_key(timer: &TimerRef) -> TimerKey {
+    TimerKey {
+        tenant: timer.tenant.clone(),
+        queue: timer.queue.clone(),
+        key: timer.timer_key.clone(),
+    }
+}
+
+/// PRUNE: deletes expired rows (expiry at or before now) up to the budget, in shard order.
+pub fn kv_expire_step(
+    t: &mut Tables,
+    shards: &[u8],
+    now: Us,
+    max_rows: u32,
+    unpruned_cap: u64,
+) -> ExpireStep {
+    let mut candidates = Vec::new();
+    for &shard in shards {
+        let remaining = max_rows as usize - candidates.len();
+        if remaining == 0 {
+            break;
+        }
+        candidates.extend(
+            t.kv_index
+                .range((shard, 0, min_kv())..)
+                .take_while(|(s, expires_at, _)| *s == shard && *expires_at <= now)
+                .take(remaining)
+                .map(|(_, expires_at, key)| (*expires_at, key.clone())),
+        );
+    }
+    let done = candidates.len() < max_rows as usize;
+    let deleted = candidates.len() as u64;
+    for (expires_at, key) in candidates {
+        t.remove_kv(&key);
+        t.pruned.push(Pruned {
+            key,
+            expires_at,
+            pruned_at: now,
+        });
+    }
+    let mut unpruned = 0u64;
+    let mut oldest: Option<Us> = None;
+    for &shard in shards {
+        let mut expired = t
+            .kv_index
+            .range((shard, 0, min_kv())..)
+            .take_while(|(s, e, _)| *s == shard && *e <= now);
+        if let Some((_, first, _)) = expired.next() {
+            oldest = Some(oldest.map_or(*first, |o| o.min(*first)));
+            unpruned += 1 + expired.take(unpruned_cap as usize).count() as u64;
+        }
+    }
+    ExpireStep {
+        deleted,
+        done,
+        unpruned: unpruned.min(unpruned_cap),
+        unpruned_capped: unpruned > unpruned_cap,
+        lag_ms: oldest.map_or(0, |o| now.saturating_sub(o) / 1000),
+    }
+}
+
+fn min_kv() -> KvKey {
+    KvKey {
+        tenant: String::new(),
+        namespace: String::new(),
+        key: String::new(),
+    }
+}
+
+/// ROLLUP: per-tenant live kv and pending timers, for up to `max_tenants` tenants after `after`.
+pub fn usage_step(t: &mut Tables, after: Option<&str>, now: Us, max_tenants: u32) -> UsageStep {
+    let after = after.unwrap_or("");
+    let mut tenants: Vec<String> =
+        t.kv.keys()
+            .map(|k| k.tenant.clone())
+            .chain(t.timers.keys().map(|k| k.tenant.clone()))
+            .filter(|tenant| tenant.as_str() > after)
+            .collect();
+    tenants.sort();
+    tenants.dedup();
+    tenants.truncate(max_tenants as usize);
+    let done = tenants.len() < max_tenants as usize;
+    let last = tenants.last().cloned();
+    let mut fresh: BTreeMap<String, super::state::Usage> = tenants
+        .iter()
+        .map(|x| (x.clone(), Default::default()))
+        .collect();
+    for (key, row) in &t.kv {
+        if let Some(usage) = fresh.get_mut(&key.tenant)
+            && row.expires_at.is_none_or(|e| e > now)
+        {
+            usage.kv_rows += 1;
+            usage.kv_bytes += row.bytes;
+        }
+    }
+    for (key, row) in &t.timers {
+        if let Some(usage) = fresh.get_mut(&key.tenant) {
+            usage.timer_rows += 1;
+            usage.timer_bytes += row.payload_bytes;
+        }
+    }
+    let mut zeroed = 0;
+    for (tenant, usage) in t.usage.iter_mut() {
+        let covered =
+            tenant.as_str() > after && (done || last.as_ref().is_some_and(|l| tenant <= l));
+        if covered && !fresh.contains_key(tenant) && *usage != Default::default() {
+            *usage = Default::default();
+            zeroed += 1;
+        }
+    }
+    let count = fresh.len() as u32;
+    t.usage.extend(fresh);
+    UsageStep {
+        tenants: count,
+        zeroed,
+        done,
+        last_tenant: last,
+    }
+}
+
+/// One staged change of an open schedule transaction.
+#[derive(Debug, Clone)]
+pub enum Staged {
+    Put(TimerKey, TimerRow),
+    Delete(TimerKey),
+}
+
+/// The schedule seam's apply, inside an open transaction: locks the rows it touches (the
+/// caller waits while another transaction holds one) and stages its changes for commit.
+/// Returns `Err(key)` naming a row locked by another transaction, to wait and retry.
+pub fn apply(
+    t: &mut Tables,
+    txn: u64,
+    tenant: &str,
+    ops: &[TimerOp],
+    now: Us,
+    staged: &mut Vec<Staged>,
+) -> Result<Result<Vec<ApplyResult>, SqlError>, TimerKey> {
+    let keys: Vec<TimerKey> = ops.iter().map(|op| op_key(tenant, op)).collect();
+    if let Some(busy) = keys.iter().find(|k| t.locked_by_other(k, txn)) {
+        return Err(busy.clone());
+    }
+    let distinct: std::collections::BTreeSet<&TimerKey> = keys.iter().collect();
+    if distinct.len() != keys.len() {
+        return Ok(Err(invalid(
+            "log_timers_apply_v1: the same (queue, timerKey) appears twice in one call",
+        )));
+    }
+    let mut results = Vec::with_capacity(ops.len());
+    for (index, (op, key)) in ops.iter().zip(keys).enumerate() {
+        t.row_locks.insert(key.clone(), txn);
+        let existing = staged_view(t, staged, &key);
+        let (status, row) = match (op, existing) {
+            (TimerOp::Cancel { .. }, None) | (TimerOp::Reschedule { .. }, None) => {
+                (ApplyStatus::Absent, None)
+            }
+            (_, Some(row)) if row.held_at(now) => (ApplyStatus::TooLate, Some(row)),
+            (TimerOp::Cancel { .. }, Some(row)) => {
+                staged.push(Staged::Delete(key.clone()));
+                (ApplyStatus::Cancelled, Some(row))
+            }
+            (
+                TimerOp::Schedule {
+                    delay_ms,
+                    payload,
+                    partition,
+                    txn: op_txn,
+                    ..
+                },
+                existing,
+            ) => {
+                let message_id = existing.as_ref().map_or_else(
+                    || Uuid::from_u128(t.new_token().as_u128() << 1),
+                    |r| r.message_id,
+                );
+                let row = TimerRow {
+                    partition: partition.clone().unwrap_or_else(|| "default".into()),
+                    deliver_at: shift(now, *delay_ms),
+                    txn: op_txn.clone().unwrap_or_else(|| message_id.to_string()),
+                    message_id,
+                    payload_bytes: payload_bytes(payload),
+                    attempts: 0,
+                    last_error: None,
+                    claimed_until: None,
+                    token: None,
+                };
+                staged.push(Staged::Put(key.clone(), row.clone()));
+                let status = if existing.is_some() {
+                    ApplyStatus::Rescheduled
+                } else {
+                    ApplyStatus::Scheduled
+                };
+                (status, Some(row))
+            }
+            (
+                TimerOp::Reschedule {
+                    delay_ms,
+                    payload,
+                    partition,
+                    txn: op_txn,
+                    ..
+                },
+                Some(mut row),
+            ) => {
+                row.deliver_at = shift(now, *delay_ms);
+                if let Some(payload) = payload {
+                    row.payload_bytes = payload_bytes(payload);
+                }
+                if let Some(partition) = partition {
+                    row.partition = partition.clone();
+                }
+                if let Some(op_txn) = op_txn {
+                    row.txn = op_txn.clone();
+                }
+                row.attempts = 0;
+                row.last_error = None;
+                row.token = None;
+                row.claimed_until = None;
+                staged.push(Staged::Put(key.clone(), row.clone()));
+                (ApplyStatus::Rescheduled, Some(row))
+            }
+        };
+        let creates = matches!(status, ApplyStatus::Scheduled | ApplyStatus::Rescheduled);
+        results.push(ApplyResult {
+            index,
+            queue: key.queue.clone(),
+            timer_key: key.key.clone(),
+            status,
+            message_id: row.as_ref().map(|r| r.message_id),
+            deliver_in_ms: row
+                .as_ref()
+                .filter(|_| creates)
+                .map(|r| (r.deliver_at as i64 - now as i64).div_euclid(1000)),
+            deliver_at: row
+                .as_ref()
+                .filter(|_| status != ApplyStatus::Absent)
+                .map(|r| crate::time::format_us(r.deliver_at)),
+        });
+    }
+    Ok(Ok(results))
+}
+
+fn op_key(tenant: &str, op: &TimerOp) -> TimerKey {
+    let (queue, key) = match op {
+        TimerOp::Schedule {
+            queue, timer_key, ..
+        }
+        | TimerOp::Reschedule {
+            queue, timer_key, ..
+        }
+        | TimerOp::Cancel { queue, timer_key } => (queue, timer_key),
+    };
+    TimerKey {
+        tenant: tenant.to_owned(),
+        queue: queue.clone(),
+        key: key.clone(),
+    }
+}
+
+fn staged_view(t: &Tables, staged: &[Staged], key: &TimerKey) -> Option<TimerRow> {
+    let mut view = t.timers.get(key).cloned();
+    for change in staged {
+        match change {
+            Staged::Put(k, row) if k == key => view = Some(row.clone()),
+            Staged::Delete(k) if k == key => view = None,
+            _ => {}
+        }
+    }
+    view
+}
+
+fn shift(now: Us, delay_ms: i64) -> Us {
+    (now as i64 + delay_ms * 1000).max(0) as Us
+}
+
+/// Bytes a payload stores. The load hosts describe large payloads instead of carrying them
+/// (`{"simBytes": N}`, see [`described_payload`]): only their size matters to the model, and
+/// pushing megabytes through the simulated wire would cost wall time, not fidelity.
+pub fn payload_bytes(payload: &Payload) -> u64 {
+    match payload {
+        Payload::Json(value) => value
+            .get("simBytes")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_else(|| value.to_string().len() as u64),
+        Payload::Bytes(bytes) => bytes.len() as u64,
+    }
+}
+
+/// A payload of `bytes` bytes, described rather than carried.
+pub fn described_payload(bytes: u64) -> Payload {
+    Payload::Json(serde_json::json!({ "simBytes": bytes }))
+}
+
+/// Commits an open schedule transaction.
+pub fn apply_commit(t: &mut Tables, txn: u64, staged: Vec<Staged>) {
+    for change in staged {
+        match change {
+            Staged::Put(key, row) => t.insert_timer(key, row),
+            Staged::Delete(key) => {
+                t.remove_timer(&key);
+            }
+        }
+    }
+    t.release_locks(txn);
+}

@@ -1,0 +1,490 @@
+//! Host `db`: serves the model over simulated TCP, with time where PostgreSQL spends it.
+//!
+//! Faithful where the phenomena live:
+//! - a statement sees committed rows; an in-flight transaction's row locks make a claim skip those
+//!   rows and a fire find them busy;
+//! - claim tokens and leases live on the database's clock;
+//! - a fire holds its timer-row locks while it waits, first come first served, for the partition
+//!   locks pushes hold, and every commit writes its bytes through one WAL of finite bandwidth, so
+//!   a big fire under push load is slow: the condition of the livelock.
+//!
+//! Simplifications (each one checked not to matter for what the simulation claims):
+//! - statements cost fixed simulated times ([`Costs`]), not CPU;
+//! - the WAL is one FIFO writer; group commit and fsync batching are not modelled;
+//! - a claim's EvalPlanQual side effect (PostgreSQL keeps the lock on a row it rechecked and
+//!   rejected) is not modelled; the fire's polling for busy rows is;
+//! - the database never fails or restarts; faults are on brokers and links;
+//! - a statement whose client went away still runs to completion (the ambiguous commit);
+//! - KV rows are never locked by open transactions, and queues/partitions need no provisioning
+//!   locks;
+//! - load hosts describe large payloads by their size (`{"simBytes": N}`) instead of carrying
+//!   them over the simulated wire; the WAL is charged their full size.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use queen_sweeper::store::{Destination, FireCall, SegmentOutcome, SegmentResult};
+use uuid::Uuid;
+
+use super::ops::{self, RowState, SqlError, Staged};
+use super::state::{KvKey, KvRow, Source, Tables, Us};
+use crate::time::now_us;
+use crate::wire::{DB_PORT, Request, Response, read_frame, write_frame};
+
+/// What statements cost, in simulated time. Not measured on PostgreSQL: chosen so a fire of a
+/// few hundred small timers costs a few milliseconds, as it does on the test rig.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Costs {
+    pub probe_us: Us,
+    pub claim_base_us: Us,
+    pub claim_row_us: Us,
+    pub fire_base_us: Us,
+    pub fire_row_us: Us,
+    pub small_call_us: Us,
+    pub push_base_us: Us,
+    pub prune_row_us: Us,
+    /// WAL bandwidth: bytes per simulated second.
+    pub wal_bytes_per_s: u64,
+    /// Bytes a row writes beyond its payload.
+    pub row_overhead_bytes: u64,
+    /// Bytes of WAL a claim writes per row it leases (a new row version and its index entry).
+    pub claim_wal_bytes_per_row: u64,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Costs {
+            probe_us: 300,
+            claim_base_us: 500,
+            claim_row_us: 10,
+            fire_base_us: 500,
+            fire_row_us: 20,
+            small_call_us: 300,
+            push_base_us: 200,
+            prune_row_us: 5,
+            wal_bytes_per_s: 32 * 1024 * 1024,
+            row_overhead_bytes: 200,
+            claim_wal_bytes_per_row: 150,
+        }
+    }
+}
+
+/// The modelled database: tables plus the locks that queue (partition rows, the WAL).
+#[derive(Debug)]
+pub struct Db {
+    pub tables: Mutex<Tables>,
+    partition_locks: Mutex<BTreeMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    wal: tokio::sync::Mutex<()>,
+    pub costs: Costs,
+}
+
+/// Polls for a row that is ours but locked this instant: 1+2+4+8+16+32 ms, as the SQL does.
+const FIRE_BUSY_RETRIES: u32 = 6;
+/// The longest a schedule waits for a row lock before it gives up (lock_timeout). Not measured.
+const APPLY_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Unpruned rows counted at most (the SQL's default cap).
+const UNPRUNED_CAP: u64 = 10_000;
+
+impl Db {
+    pub fn new(costs: Costs) -> Arc<Db> {
+        Arc::new(Db {
+            tables: Mutex::new(Tables::default()),
+            partition_locks: Mutex::new(BTreeMap::new()),
+            wal: tokio::sync::Mutex::new(()),
+            costs,
+        })
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut Tables) -> R) -> R {
+        f(&mut self.tables.lock().expect("the model is never poisoned"))
+    }
+
+    fn partition_lock(&self, id: u64) -> Arc<tokio::sync::Mutex<()>> {
+        self.partition_locks
+            .lock()
+            .expect("not poisoned")
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    /// Writes `bytes` through the one WAL: waits for the writers before it, then takes
+    /// bytes / bandwidth.
+    async fn write_wal(&self, bytes: u64) {
+        let _wal = self.wal.lock().await;
+        let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
+        tokio::time::sleep(Duration::from_micros(micros)).await;
+        self.with(|t| t.wal_bytes += bytes);
+    }
+}
+
+/// The db host: accepts connections and serves each on its own task.
+pub async fn serve(db: Arc<Db>) -> turmoil::Result {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", DB_PORT)).await?;
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let host = turmoil::reverse_lookup(peer.ip()).unwrap_or_else(|| peer.ip().to_string());
+        tokio::spawn(serve_connection(db.clone(), stream, host));
+    }
+}
+
+/// An open schedule transaction of one connection.
+#[derive(Debug)]
+struct OpenTxn {
+    txn: u64,
+    staged: Vec<Staged>,
+}
+
+async fn serve_connection(db: Arc<Db>, mut stream: turmoil::net::TcpStream, host: String) {
+    let mut open: Option<OpenTxn> = None;
+    while let Ok(request) = read_frame::<_, Request>(&mut stream).await {
+        db.with(|t| t.record_query(now_us(), &host, request.kind()));
+        let response = execute(&db, &host, request, &mut open).await;
+        if write_frame(&mut stream, &response).await.is_err() {
+            break;
+        }
+    }
+    // The client is gone: an open transaction rolls back.
+    if let Some(open) = open {
+        db.with(|t| t.release_locks(open.txn));
+    }
+}
+
+fn error(e: SqlError) -> Response {
+    Response::Error {
+        sqlstate: Some(e.sqlstate.to_owned()),
+        message: e.message,
+    }
+}
+
+async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTxn>) -> Response {
+    let c = db.costs;
+    match request {
+        Request::Probe { shards, due_cap } => {
+            sleep_us(c.probe_us).await;
+            Response::Probe(db.with(|t| ops::probe(t, &shards, now_us(), due_cap)))
+        }
+        Request::Claim {
+            shards,
+            lease_ms,
+            max_rows,
+            per_tenant,
+        } => {
+            let now = now_us();
+            let (txn, picked) = db.with(|t| {
+                let txn = t.new_txn();
+                (
+                    txn,
+                    ops::claim_lock(t, txn, &shards, now, max_rows, per_tenant),
+                )
+            });
+            sleep_us(c.claim_base_us + c.claim_row_us * picked.len() as Us).await;
+            if !picked.is_empty() {
+                // The claim rewrites each row it takes; its commit waits for the WAL like any
+                // other, and keeps its row locks meanwhile.
+                db.write_wal(picked.len() as u64 * c.claim_wal_bytes_per_row)
+                    .await;
+            }
+            Response::Claimed(db.with(|t| ops::claim_commit(t, txn, picked, now, lease_ms * 1000)))
+        }
+        Request::Fire { call } => fire(db, host, &call).await,
+        Request::Fail {
+            rows,
+            error: message,
+            transient,
+            max_attempts,
+        } => {
+            sleep_us(c.small_call_us).await;
+            Response::Failed(db.with(|t| {
+                let txn = t.new_txn();
+                ops::fail(t, txn, &rows, &message, transient, max_attempts, now_us())
+            }))
+        }
+        Request::Dlq { rows } => {
+            sleep_us(c.small_call_us).await;
+            Response::Count(db.with(|t| {
+                let txn = t.new_txn();
+                ops::dlq(t, txn, &rows)
+            }))
+        }
+        Request::KvExpire { shards, max_rows } => {
+            let step =
+                db.with(|t| ops::kv_expire_step(t, &shards, now_us(), max_rows, UNPRUNED_CAP));
+            sleep_us(c.small_call_us + c.prune_row_us * step.deleted).await;
+            Response::Expire(step)
+        }
+        Request::Usage { after, max_tenants } => {
+            sleep_us(c.small_call_us).await;
+            Response::Usage(
+                db.with(|t| ops::usage_step(t, after.as_deref(), now_us(), max_tenants)),
+            )
+        }
+        Request::ReadSwitches => Response::Switches(db.with(|t| t.switches())),
+        Request::WriteSwitch { switch, enabled } => {
+            db.with(|t| {
+                let mut states = t.switches();
+                match switch {
+                    queen_sweeper::store::Switch::Schedule => states.schedule_enabled = enabled,
+                    queen_sweeper::store::Switch::Fire => states.fire_enabled = enabled,
+                }
+                t.switches = Some(states);
+            });
+            Response::Done
+        }
+        Request::Apply {
+            tenant,
+            ops: timer_ops,
+        } => apply(db, &tenant, &timer_ops, open).await,
+        Request::Commit => {
+            if let Some(txn) = open.take() {
+                sleep_us(c.small_call_us).await;
+                // New and changed timer rows go through the WAL like any other write.
+                let bytes: u64 = txn
+                    .staged
+                    .iter()
+                    .map(|change| match change {
+                        Staged::Put(_, row) => row.payload_bytes + c.row_overhead_bytes,
+                        Staged::Delete(_) => c.row_overhead_bytes,
+                    })
+                    .sum();
+                db.write_wal(bytes).await;
+                db.with(|t| ops::apply_commit(t, txn.txn, txn.staged));
+            }
+            Response::Done
+        }
+        Request::Rollback => {
+            if let Some(txn) = open.take() {
+                db.with(|t| t.release_locks(txn.txn));
+            }
+            Response::Done
+        }
+        Request::Push {
+            tenant,
+            queue,
+            partition,
+            count,
+            payload_bytes,
+            txn_prefix,
+        } => {
+            let destination = Destination {
+                tenant,
+                queue,
+                partition,
+            };
+            push(db, host, &destination, count, payload_bytes, &txn_prefix).await
+        }
+        Request::KvPut {
+            tenant,
+            namespace,
+            key,
+            ttl_ms,
+            bytes,
+        } => {
+            sleep_us(c.small_call_us).await;
+            let now = now_us();
+            db.with(|t| {
+                t.put_kv(
+                    KvKey {
+                        tenant,
+                        namespace,
+                        key,
+                    },
+                    KvRow {
+                        expires_at: ttl_ms.map(|ms| now + ms * 1000),
+                        bytes,
+                    },
+                );
+            });
+            Response::Done
+        }
+    }
+}
+
+async fn sleep_us(micros: Us) {
+    tokio::time::sleep(Duration::from_micros(micros)).await;
+}
+
+async fn apply(
+    db: &Db,
+    tenant: &str,
+    timer_ops: &[queen_sweeper::timers::TimerOp],
+    open: &mut Option<OpenTxn>,
+) -> Response {
+    let txn = match open {
+        Some(txn) => txn.txn,
+        None => {
+            let txn = db.with(Tables::new_txn);
+            *open = Some(OpenTxn {
+                txn,
+                staged: Vec::new(),
+            });
+            txn
+        }
+    };
+    let polls = APPLY_LOCK_WAIT.as_millis() as u32;
+    for _ in 0..polls {
+        let staged = &mut open.as_mut().expect("opened above").staged;
+        let outcome = db.with(|t| ops::apply(t, txn, tenant, timer_ops, now_us(), staged));
+        match outcome {
+            Ok(Ok(results)) => {
+                sleep_us(db.costs.small_call_us).await;
+                return Response::Applied(results);
+            }
+            Ok(Err(e)) => {
+                // The statement raised: the transaction is aborted and rolls back.
+                db.with(|t| t.release_locks(txn));
+                *open = None;
+                return error(e);
+            }
+            // A row another transaction holds: wait for it, like FOR UPDATE.
+            Err(_busy) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    db.with(|t| t.release_locks(txn));
+    *open = None;
+    Response::Error {
+        sqlstate: Some("55P03".into()),
+        message: "lock timeout waiting for a timer row".into(),
+    }
+}
+
+async fn push(
+    db: &Db,
+    host: &str,
+    destination: &Destination,
+    count: u32,
+    payload_bytes: u64,
+    txn_prefix: &str,
+) -> Response {
+    let id = db.with(|t| t.partition_id(destination));
+    let lock = db.partition_lock(id);
+    let _partition = lock.lock().await;
+    sleep_us(db.costs.push_base_us).await;
+    db.write_wal(u64::from(count) * (payload_bytes + db.costs.row_overhead_bytes))
+        .await;
+    let now = now_us();
+    let first_offset = db.with(|t| {
+        let base = t.messages.len();
+        let entries = (0..count)
+            .map(|i| {
+                (
+                    format!("{txn_prefix}-{}", base + i as usize),
+                    Uuid::from_u128(((base + i as usize) as u128) << 64 | 1),
+                )
+            })
+            .collect();
+        t.append(destination, entries, now, Source::Push, host)
+    });
+    Response::Pushed { first_offset }
+}
+
+/// FIRE: lock held rows (polling busy ones), decide segments, queue for partition locks in id
+/// order, write the WAL, commit.
+async fn fire(db: &Db, host: &str, call: &FireCall) -> Response {
+    if let Err(e) = ops::fire_check(call) {
+        return error(e);
+    }
+    let c = db.costs;
+    let rows = ops::fire_rows(call);
+    let txn = db.with(Tables::new_txn);
+    let mut states: Vec<Vec<RowState>> =
+        rows.iter().map(|r| vec![RowState::Lost; r.len()]).collect();
+    for attempt in 0..=FIRE_BUSY_RETRIES {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(1 << (attempt - 1))).await;
+        }
+        db.with(|t| {
+            for (segment, states) in rows.iter().zip(states.iter_mut()) {
+                ops::fire_lock(t, txn, segment, states);
+            }
+        });
+        if !states.iter().flatten().any(|s| *s == RowState::Busy) {
+            break;
+        }
+    }
+    let live: Vec<bool> = states
+        .iter()
+        .map(|s| s.iter().all(|x| *x == RowState::Held))
+        .collect();
+    let live_rows: usize = rows
+        .iter()
+        .zip(&live)
+        .filter(|(_, l)| **l)
+        .map(|(r, _)| r.len())
+        .sum();
+    sleep_us(c.fire_base_us + c.fire_row_us * rows.iter().map(Vec::len).sum::<usize>() as Us).await;
+
+    // Partition locks of the live segments, ascending id, first come first served.
+    let mut ids: Vec<u64> = db.with(|t| {
+        call.segments
+            .iter()
+            .zip(&live)
+            .filter(|(_, l)| **l)
+            .map(|(s, _)| t.partition_id(&s.destination))
+            .collect()
+    });
+    ids.sort_unstable();
+    ids.dedup();
+    let mut guards = Vec::with_capacity(ids.len());
+    for id in ids {
+        guards.push(db.partition_lock(id).lock_owned().await);
+    }
+    if live_rows > 0 {
+        let bytes: u64 = call
+            .segments
+            .iter()
+            .zip(&live)
+            .filter(|(_, l)| **l)
+            .flat_map(|(s, _)| s.timers.iter().map(|h| h.timer_key.len() as u64))
+            .sum::<u64>()
+            + db.with(|t| {
+                rows.iter()
+                    .zip(&live)
+                    .filter(|(_, l)| **l)
+                    .flat_map(|(r, _)| r.iter())
+                    .map(|(key, _)| {
+                        t.timers.get(key).map_or(0, |row| row.payload_bytes) + c.row_overhead_bytes
+                    })
+                    .sum::<u64>()
+            });
+        db.write_wal(bytes).await;
+    }
+
+    let now = now_us();
+    let outcomes = db.with(|t| {
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for (i, segment) in call.segments.iter().enumerate() {
+            let timers = segment.timers.len() as u32;
+            let result = if live[i] {
+                SegmentResult::Fired {
+                    first_offset: ops::fire_commit_segment(
+                        t,
+                        &segment.destination,
+                        &rows[i],
+                        now,
+                        host,
+                    ),
+                }
+            } else {
+                ops::release_stale(t, &rows[i], &states[i]);
+                SegmentResult::Stale
+            };
+            t.segments.push(super::state::SegmentEvent {
+                at: now,
+                host: host.to_owned(),
+                fired: live[i],
+                timers,
+            });
+            outcomes.push(SegmentOutcome {
+                segment: i,
+                result,
+                timers,
+            });
+        }
+        t.release_locks(txn);
+        outcomes
+    });
+    drop(guards);
+    Response::Fired(outcomes)
+}

@@ -1,0 +1,284 @@
+//! The model's tables: committed rows, the index the sweeper scans, and the row locks of
+//! in-flight transactions. Times are simulated microseconds since the start of the run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use queen_sweeper::store::{Destination, SHARD_COUNT, SwitchStates};
+use serde::Serialize;
+use uuid::Uuid;
+
+/// Simulated microseconds since the run started.
+pub type Us = u64;
+
+/// Primary key of a timer.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct TimerKey {
+    pub tenant: String,
+    pub queue: String,
+    pub key: String,
+}
+
+impl TimerKey {
+    /// The shard of a key. The model's hash is not PostgreSQL's `hashtextextended`; only the
+    /// property matters: fixed, 64 shards, spread evenly.
+    pub fn shard(&self) -> u8 {
+        shard_of(&self.key)
+    }
+}
+
+pub fn shard_of(key: &str) -> u8 {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % u64::from(SHARD_COUNT)) as u8
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimerRow {
+    pub partition: String,
+    pub deliver_at: Us,
+    pub txn: String,
+    pub message_id: Uuid,
+    pub payload_bytes: u64,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub claimed_until: Option<Us>,
+    pub token: Option<Uuid>,
+}
+
+impl TimerRow {
+    /// The later of delivery and the current lease or backoff.
+    pub fn visible_at(&self) -> Us {
+        self.deliver_at.max(self.claimed_until.unwrap_or(0))
+    }
+
+    /// In somebody's hands: a token with a live lease.
+    pub fn held_at(&self, now: Us) -> bool {
+        self.token.is_some() && self.claimed_until.is_some_and(|until| until > now)
+    }
+}
+
+/// Who appended a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Source {
+    Push,
+    Fire,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub partition_id: u64,
+    pub offset: u64,
+    pub destination: Destination,
+    pub txn: String,
+    pub message_id: Uuid,
+    pub created_at: Us,
+    pub source: Source,
+    /// The host whose call appended it.
+    pub by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Partition {
+    pub id: u64,
+    /// Offsets taken so far (the next one is `appended`).
+    pub appended: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct KvKey {
+    pub tenant: String,
+    pub namespace: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvRow {
+    pub expires_at: Option<Us>,
+    pub bytes: u64,
+}
+
+/// A KV row the prune removed, with the instants the checker needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub key: KvKey,
+    pub expires_at: Us,
+    pub pruned_at: Us,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetter {
+    pub key: TimerKey,
+    pub txn: String,
+    pub payload_bytes: u64,
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Usage {
+    pub kv_rows: u64,
+    pub kv_bytes: u64,
+    pub timer_rows: u64,
+    pub timer_bytes: u64,
+}
+
+/// One database call, as the database saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueryEvent {
+    pub at: Us,
+    pub host: String,
+    pub kind: &'static str,
+}
+
+/// One fire segment's result, as the database decided it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SegmentEvent {
+    pub at: Us,
+    pub host: String,
+    pub fired: bool,
+    pub timers: u32,
+}
+
+/// Everything the model holds.
+#[derive(Debug, Default)]
+pub struct Tables {
+    pub timers: BTreeMap<TimerKey, TimerRow>,
+    /// (shard, visible_at, key): the model of `log_timers_shard_visible_idx`.
+    pub index: BTreeSet<(u8, Us, TimerKey)>,
+    /// Row locks of in-flight transactions: key → transaction id.
+    pub row_locks: BTreeMap<TimerKey, u64>,
+    pub partitions: BTreeMap<Destination, Partition>,
+    pub messages: Vec<Message>,
+    pub dlq: Vec<DeadLetter>,
+    pub kv: BTreeMap<KvKey, KvRow>,
+    /// (shard, expires_at, key) for rows that can expire.
+    pub kv_index: BTreeSet<(u8, Us, KvKey)>,
+    pub pruned: Vec<Pruned>,
+    pub usage: BTreeMap<String, Usage>,
+    pub switches: Option<SwitchStates>,
+    pub next_token: u128,
+    pub next_txn: u64,
+    pub queries: Vec<QueryEvent>,
+    pub segments: Vec<SegmentEvent>,
+    pub wal_bytes: u64,
+}
+
+impl Tables {
+    pub fn switches(&self) -> SwitchStates {
+        self.switches.unwrap_or(SwitchStates {
+            schedule_enabled: true,
+            fire_enabled: true,
+        })
+    }
+
+    pub fn new_txn(&mut self) -> u64 {
+        self.next_txn += 1;
+        self.next_txn
+    }
+
+    /// A fresh claim token. Deterministic: a counter, not randomness (uniqueness is all the
+    /// contract needs).
+    pub fn new_token(&mut self) -> Uuid {
+        self.next_token += 1;
+        Uuid::from_u128(0x5157_0000_0000_0000_0000_0000_0000_0000 | self.next_token)
+    }
+
+    pub fn insert_timer(&mut self, key: TimerKey, row: TimerRow) {
+        if let Some(old) = self.timers.get(&key) {
+            self.index
+                .remove(&(key.shard(), old.visible_at(), key.clone()));
+        }
+        self.index
+            .insert((key.shard(), row.visible_at(), key.clone()));
+        self.timers.insert(key, row);
+    }
+
+    pub fn remove_timer(&mut self, key: &TimerKey) -> Option<TimerRow> {
+        let row = self.timers.remove(key)?;
+        self.index
+            .remove(&(key.shard(), row.visible_at(), key.clone()));
+        Some(row)
+    }
+
+    /// Changes a committed timer row in place, keeping the index right.
+    pub fn update_timer(&mut self, key: &TimerKey, change: impl FnOnce(&mut TimerRow)) {
+        if let Some(mut row) = self.timers.get(key).cloned() {
+            change(&mut row);
+            self.insert_timer(key.clone(), row);
+        }
+    }
+
+    pub fn locked_by_other(&self, key: &TimerKey, txn: u64) -> bool {
+        self.row_locks.get(key).is_some_and(|&holder| holder != txn)
+    }
+
+    pub fn release_locks(&mut self, txn: u64) {
+        self.row_locks.retain(|_, holder| *holder != txn);
+    }
+
+    pub fn partition_id(&mut self, destination: &Destination) -> u64 {
+        let next = self.partitions.len() as u64 + 1;
+        self.partitions
+            .entry(destination.clone())
+            .or_insert(Partition {
+                id: next,
+                appended: 0,
+            })
+            .id
+    }
+
+    /// Appends messages to a partition (the caller holds its lock). Returns the first offset.
+    pub fn append(
+        &mut self,
+        destination: &Destination,
+        entries: Vec<(String, Uuid)>,
+        at: Us,
+        source: Source,
+        by: &str,
+    ) -> u64 {
+        self.partition_id(destination);
+        let partition = self.partitions.get_mut(destination).expect("just ensured");
+        let first = partition.appended;
+        let id = partition.id;
+        partition.appended += entries.len() as u64;
+        for (i, (txn, message_id)) in entries.into_iter().enumerate() {
+            self.messages.push(Message {
+                partition_id: id,
+                offset: first + i as u64,
+                destination: destination.clone(),
+                txn,
+                message_id,
+                created_at: at,
+                source,
+                by: by.to_owned(),
+            });
+        }
+        first
+    }
+
+    pub fn put_kv(&mut self, key: KvKey, row: KvRow) {
+        self.remove_kv(&key);
+        if let Some(expires_at) = row.expires_at {
+            self.kv_index
+                .insert((shard_of(&key.key), expires_at, key.clone()));
+        }
+        self.kv.insert(key, row);
+    }
+
+    pub fn remove_kv(&mut self, key: &KvKey) -> Option<KvRow> {
+        let row = self.kv.remove(key)?;
+        if let Some(expires_at) = row.expires_at {
+            self.kv_index
+                .remove(&(shard_of(&key.key), expires_at, key.clone()));
+        }
+        Some(row)
+    }
+
+    pub fn record_query(&mut self, at: Us, host: &str, kind: &'static str) {
+        self.queries.push(QueryEvent {
+            at,
+            host: host.to_owned(),
+            kind,
+        });
+    }
+}

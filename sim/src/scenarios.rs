@@ -1,0 +1,681 @@
+//! Named, seeded scenarios. Each builds one or more worlds from the seed, runs them, checks the
+//! invariants and, for the reproductions, puts the symptom in numbers side by side.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::analysis::{self, RunNumbers};
+use crate::checkers::{self, Check};
+use crate::model::server::Costs;
+use crate::rng::Rng;
+use crate::world::{self, Burst, Fault, FaultKind, KvLoad, PushLoad, TimerLoad, World};
+
+pub const NAMES: &[&str] = &[
+    "livelock",
+    "spin",
+    "crash",
+    "wake",
+    "burst",
+    "fairness",
+    "partition",
+    "swarm",
+];
+
+/// One world of a scenario, with what came out of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub label: String,
+    /// Whether the invariant checks gate this run. A reproduction of a naive form is expected to
+    /// break liveness; its safety checks still gate.
+    pub form: &'static str,
+    pub world: World,
+    pub numbers: RunNumbers,
+    pub checks: Vec<Check>,
+    #[serde(skip)]
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub reproduce: String,
+    pub runs: Vec<RunReport>,
+    /// Scenario-specific numbers: the symptom and where it appears or disappears.
+    pub findings: BTreeMap<String, Value>,
+    /// Expectations of the scenario (a reproduction shows its symptom; a shipped form does not).
+    pub expectations: Vec<Check>,
+    pub passed: bool,
+}
+
+/// Checks that gate even a naive form's run.
+const SAFETY: &[&str] = &[
+    "ran_to_the_end",
+    "never_early",
+    "exactly_once",
+    "no_live_kv_pruned",
+    "dense_offsets",
+];
+
+/// Options from the command line that shape a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// Overrides the safety phase's length, in simulated seconds.
+    pub duration_s: Option<u64>,
+}
+
+pub fn run(name: &str, seed: u64, options: Options) -> Result<ScenarioReport, String> {
+    let (runs, findings, expectations) = match name {
+        "livelock" => livelock(seed, options),
+        "spin" => spin(seed, options),
+        "crash" => single(&crash(seed, options)),
+        "wake" => wake(seed),
+        "burst" => burst(seed, options),
+        "fairness" => fairness(seed, options),
+        "partition" => single(&partition(seed, options)),
+        "swarm" => single(&swarm(seed, options)),
+        other => {
+            return Err(format!(
+                "unknown scenario {other:?}; known: {}",
+                NAMES.join(", ")
+            ));
+        }
+    };
+    let gated = runs.iter().all(|run| {
+        run.checks
+            .iter()
+            .filter(|c| run.form == "shipped" || SAFETY.contains(&c.name))
+            .all(|c| c.passed)
+    });
+    let passed = gated && expectations.iter().all(|c| c.passed);
+    let duration = options
+        .duration_s
+        .map(|s| format!(" --duration-s {s}"))
+        .unwrap_or_default();
+    Ok(ScenarioReport {
+        scenario: name.to_owned(),
+        seed,
+        reproduce: format!(
+            "cargo run --release -p queen-sim --bin sim -- --scenario {name} --seed {seed}{duration}"
+        ),
+        runs,
+        findings,
+        expectations,
+        passed,
+    })
+}
+
+type Parts = (Vec<RunReport>, BTreeMap<String, Value>, Vec<Check>);
+
+fn single(world: &World) -> Parts {
+    (
+        vec![execute("shipped", "shipped", world, 10)],
+        BTreeMap::new(),
+        Vec::new(),
+    )
+}
+
+pub fn execute(label: &str, form: &'static str, world: &World, bucket_s: u64) -> RunReport {
+    report_of(label, form, world, &world::run(world), bucket_s)
+}
+
+fn report_of(
+    label: &str,
+    form: &'static str,
+    world: &World,
+    outcome: &world::Outcome,
+    bucket_s: u64,
+) -> RunReport {
+    RunReport {
+        label: label.to_owned(),
+        form,
+        world: world.clone(),
+        numbers: analysis::numbers(label, outcome, bucket_s),
+        checks: checkers::check(outcome),
+        wall_s: outcome.wall.as_secs_f64(),
+    }
+}
+
+fn expect(name: &'static str, passed: bool, detail: String) -> Check {
+    Check {
+        name,
+        passed,
+        detail,
+    }
+}
+
+fn knobs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The livelock: five brokers, a backlog of 12 000 timers with 8 KiB payloads under a push
+/// load, the naive drain (claim the whole pass, then fire) against the shipped one (claim and
+/// fire in the same iteration, stop at half the lease), same seed and load. The backlog is less
+/// than five passes, so some brokers are idle and re-claim what the busy ones have held past
+/// their lease. Then the naive drain with longer leases, to find where the symptom disappears.
+fn livelock(seed: u64, options: Options) -> Parts {
+    let lease_ms = 2_000u64;
+    let base = |lease: u64, naive: bool| {
+        let mut w = World::new(seed);
+        w.brokers = 5;
+        w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
+        w.liveness_ms = 60_000;
+        w.knobs = knobs(&[
+            ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
+            (
+                "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
+                &(lease / 2).min(5_000).to_string(),
+            ),
+        ]);
+        w.naive_drain = naive;
+        w.costs = Costs {
+            wal_bytes_per_s: 16 * 1024 * 1024,
+            ..Costs::default()
+        };
+        w.timers = Some(TimerLoad {
+            per_s: 200,
+            batch: 20,
+            delay_ms: (0, 2_000),
+            payload_bytes: (1_024, 4_096),
+            tenants: 2,
+            queues: 4,
+            partitions: 8,
+        });
+        w.bursts = vec![Burst {
+            at_ms: 2_000,
+            count: 12_000,
+            delay_ms: 3_000,
+            payload_bytes: 8_192,
+            tenant: "tenant-0".into(),
+            broker: 1,
+        }];
+        w.pushes = Some(PushLoad {
+            pushers: 8,
+            per_s_each: 40,
+            messages_per_push: 10,
+            payload_bytes: 2_048,
+        });
+        w
+    };
+    let shipped = execute(
+        &format!("shipped, lease {lease_ms} ms"),
+        "shipped",
+        &base(lease_ms, false),
+        10,
+    );
+    let naive = execute(
+        &format!("naive, lease {lease_ms} ms"),
+        "naive",
+        &base(lease_ms, true),
+        10,
+    );
+    let mut sweep = Vec::new();
+    for lease in
+        [lease_ms * 4, lease_ms * 16]
+            .into_iter()
+            .take(if std::env::var_os("SIM_QUICK").is_some() {
+                0
+            } else {
+                2
+            })
+    {
+        sweep.push(execute(
+            &format!("naive, lease {lease} ms"),
+            "naive",
+            &base(lease, true),
+            10,
+        ));
+    }
+    let mut findings = BTreeMap::new();
+    let row = |r: &RunReport| {
+        json!({"staleSegments": r.numbers.stale_segments, "staleTimers": r.numbers.stale_timers,
+               "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms})
+    };
+    findings.insert("shipped".into(), row(&shipped));
+    findings.insert("naive".into(), row(&naive));
+    let by_lease: Vec<Value> = std::iter::once(&naive)
+        .chain(sweep.iter())
+        .map(|r| json!({"leaseMs": lease_of(&r.world), "staleSegments": r.numbers.stale_segments, "latenessP99Ms": r.numbers.lateness_ms.p99}))
+        .collect();
+    findings.insert("naiveByLease".into(), Value::Array(by_lease));
+    let disappears = std::iter::once(&naive)
+        .chain(sweep.iter())
+        .find(|r| r.numbers.stale_segments == 0)
+        .map(|r| lease_of(&r.world));
+    findings.insert("naiveSymptomGoneAtLeaseMs".into(), json!(disappears));
+    let expectations = vec![
+        expect(
+            "naive_shows_stale_segments",
+            naive.numbers.stale_segments > 0,
+            format!(
+                "naive drain: {} stale segments",
+                naive.numbers.stale_segments
+            ),
+        ),
+        expect(
+            "shipped_has_no_stale_segments",
+            shipped.numbers.stale_segments == 0,
+            format!(
+                "shipped drain: {} stale segments",
+                shipped.numbers.stale_segments
+            ),
+        ),
+        expect(
+            "naive_is_later",
+            naive.numbers.lateness_ms.p99 > shipped.numbers.lateness_ms.p99,
+            format!(
+                "lateness p99 naive {} ms vs shipped {} ms",
+                naive.numbers.lateness_ms.p99, shipped.numbers.lateness_ms.p99
+            ),
+        ),
+    ];
+    let mut runs = vec![shipped, naive];
+    runs.extend(sweep);
+    (runs, findings, expectations)
+}
+
+fn lease_of(world: &World) -> u64 {
+    world.config().lease_ms
+}
+
+/// The spin: five brokers share an 8 MiB/s WAL with producers pushing 100-message batches, so
+/// every commit waits its turn in the WAL queue, up to a few hundred milliseconds. Every second
+/// a burst of 150 timers, scheduled two seconds ahead, becomes due: every broker knows when and
+/// wakes for it. One claim takes the whole burst and holds its rows locked while its commit waits
+/// for the WAL; the other brokers see the burst due and their claims take nothing. With the 5 ms
+/// floor they come straight back, probe and claim again, for the whole wait; with the jittered
+/// band they back off 25-200 ms.
+fn spin(seed: u64, options: Options) -> Parts {
+    let seconds = options.duration_s.unwrap_or(30);
+    let make = |floor: bool| {
+        let mut w = World::new(seed);
+        w.brokers = 5;
+        w.safety_ms = seconds * 1_000 + 5_000;
+        w.liveness_ms = 10_000;
+        w.floor_after_empty_claim = floor;
+        w.costs = Costs {
+            wal_bytes_per_s: 8 * 1024 * 1024,
+            ..Costs::default()
+        };
+        w.pushes = Some(PushLoad {
+            pushers: 4,
+            per_s_each: 4,
+            messages_per_push: 100,
+            payload_bytes: 4_096,
+        });
+        w.bursts = (0..seconds)
+            .map(|i| Burst {
+                at_ms: 1_000 + i * 1_000,
+                count: 150,
+                delay_ms: 2_000,
+                payload_bytes: 256,
+                tenant: "tenant-0".into(),
+                broker: 1 + (i % 5) as u32,
+            })
+            .collect();
+        w
+    };
+    let (band, band_rates) = run_spin("jittered 25-200 ms band", "shipped", &make(false));
+    let (floor, floor_rates) = run_spin("5 ms floor", "naive", &make(true));
+    let total = |rates: &BTreeMap<String, f64>| -> f64 { rates.values().sum() };
+    let extra = total(&floor_rates) - total(&band_rates);
+    let mut findings = BTreeMap::new();
+    findings.insert("bandProbeClaimPerSByBroker".into(), json!(band_rates));
+    findings.insert("floorProbeClaimPerSByBroker".into(), json!(floor_rates));
+    findings.insert(
+        "bandAllBrokersPerS".into(),
+        json!(round1(total(&band_rates))),
+    );
+    findings.insert(
+        "floorAllBrokersPerS".into(),
+        json!(round1(total(&floor_rates))),
+    );
+    findings.insert("extraQueriesPerS".into(), json!(round1(extra)));
+    let expectations = vec![expect(
+        "floor_spins",
+        extra > 100.0,
+        format!(
+            "while a burst drained, the five brokers made {extra:.0} more probe+claim calls/s with the floor"
+        ),
+    )];
+    (vec![band, floor], findings, expectations)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// Runs a spin world and measures each broker's probe+claim rate while its bursts drained (from
+/// the instant each burst became due to its last fire).
+fn run_spin(label: &str, form: &'static str, world: &World) -> (RunReport, BTreeMap<String, f64>) {
+    let outcome = world::run(world);
+    let mut calls: BTreeMap<String, f64> = BTreeMap::new();
+    let mut window_s = 0.0;
+    for (n, burst) in world.bursts.iter().enumerate() {
+        let from = (burst.at_ms + burst.delay_ms) * 1000;
+        let Some(to) = analysis::last_fire_of(&outcome, &format!("b{n}-")) else {
+            continue;
+        };
+        if to <= from {
+            continue;
+        }
+        let seconds = (to - from) as f64 / 1e6;
+        window_s += seconds;
+        for (broker, rate) in analysis::probe_claim_rate(&outcome, from, to) {
+            *calls.entry(broker).or_default() += rate * seconds;
+        }
+    }
+    let rates = calls
+        .into_iter()
+        .map(|(b, n)| (b, round1(n / f64::max(window_s, 1e-6))))
+        .collect();
+    (report_of(label, form, world, &outcome, 1), rates)
+}
+
+fn crash(seed: u64, options: Options) -> World {
+    let mut w = steady(seed, options, 3);
+    w.faults = vec![
+        Fault {
+            at_ms: 7_300,
+            kind: FaultKind::Crash { broker: 2 },
+        },
+        Fault {
+            at_ms: 15_000,
+            kind: FaultKind::Restart { broker: 2 },
+        },
+        Fault {
+            at_ms: 18_150,
+            kind: FaultKind::Crash { broker: 3 },
+        },
+        Fault {
+            at_ms: 21_010,
+            kind: FaultKind::Crash { broker: 1 },
+        },
+        Fault {
+            at_ms: 24_000,
+            kind: FaultKind::Restart { broker: 1 },
+        },
+    ];
+    w
+}
+
+fn partition(seed: u64, options: Options) -> World {
+    let mut w = steady(seed, options, 3);
+    w.faults = vec![
+        Fault {
+            at_ms: 6_200,
+            kind: FaultKind::Cut { broker: 1 },
+        },
+        Fault {
+            at_ms: 12_000,
+            kind: FaultKind::Heal { broker: 1 },
+        },
+        Fault {
+            at_ms: 14_050,
+            kind: FaultKind::Cut { broker: 2 },
+        },
+        Fault {
+            at_ms: 14_070,
+            kind: FaultKind::Cut { broker: 3 },
+        },
+        Fault {
+            at_ms: 20_000,
+            kind: FaultKind::Heal { broker: 2 },
+        },
+    ];
+    w
+}
+
+/// A steady mixed load on `brokers` brokers, short leases so faults heal within the run.
+fn steady(seed: u64, options: Options, brokers: u32) -> World {
+    let mut w = World::new(seed);
+    w.brokers = brokers;
+    w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
+    w.liveness_ms = 20_000;
+    w.knobs = knobs(&[
+        ("QUEEN_SWEEPER_LEASE_MS", "3000"),
+        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "1000"),
+        ("QUEEN_KV_EXPIRE_EVERY_MS", "500"),
+    ]);
+    w.timers = Some(TimerLoad {
+        per_s: 300,
+        batch: 10,
+        delay_ms: (0, 3_000),
+        payload_bytes: (64, 2_048),
+        tenants: 3,
+        queues: 3,
+        partitions: 4,
+    });
+    w.pushes = Some(PushLoad {
+        pushers: 2,
+        per_s_each: 50,
+        messages_per_push: 5,
+        payload_bytes: 512,
+    });
+    w.kv = Some(KvLoad {
+        per_s: 100,
+        ttl_ms: (100, 3_000),
+        keys: 500,
+    });
+    w
+}
+
+/// The wake: a timer scheduled on an idle broker fires on the local wake; one scheduled on a
+/// broker that dies right after is fired by another within the sleep ceiling.
+fn wake(seed: u64) -> Parts {
+    let mut w = World::new(seed);
+    w.brokers = 3;
+    w.safety_ms = 20_000;
+    w.liveness_ms = 5_000;
+    w.bursts = vec![
+        Burst {
+            at_ms: 5_000,
+            count: 1,
+            delay_ms: 300,
+            payload_bytes: 100,
+            tenant: "tenant-0".into(),
+            broker: 1,
+        },
+        Burst {
+            at_ms: 12_000,
+            count: 1,
+            delay_ms: 300,
+            payload_bytes: 100,
+            tenant: "tenant-0".into(),
+            broker: 2,
+        },
+    ];
+    // broker-2 dies 50 ms after committing the second timer, before it is due.
+    w.faults = vec![Fault {
+        at_ms: 12_050,
+        kind: FaultKind::Crash { broker: 2 },
+    }];
+    let outcome = world::run(&w);
+    let on_wake = analysis::fires_of(&outcome, "b0-");
+    let elsewhere = analysis::fires_of(&outcome, "b1-");
+    let run = report_of("wake", "shipped", &w, &outcome, 1);
+    let ceiling = run.world.config().sleep_ms_max as f64;
+    let mut findings = BTreeMap::new();
+    let describe = |fires: &[(String, f64, String)]| {
+        fires
+            .iter()
+            .map(|(txn, late, by)| json!({"txn": txn, "latenessMs": late, "firedBy": by}))
+            .collect::<Vec<_>>()
+    };
+    findings.insert("scheduledOnBroker1Awake".into(), json!(describe(&on_wake)));
+    findings.insert(
+        "scheduledOnBroker2ThatDied".into(),
+        json!(describe(&elsewhere)),
+    );
+    findings.insert("ceilingMs".into(), json!(ceiling));
+    let woke_fast = on_wake
+        .iter()
+        .all(|(_, late, by)| *late < 50.0 && by == "broker-1");
+    let net_held = elsewhere.len() == 1
+        && elsewhere
+            .iter()
+            .all(|(_, late, by)| *late <= ceiling + 50.0 && by != "broker-2");
+    let expectations = vec![
+        expect(
+            "the_local_wake_fires_at_once",
+            woke_fast,
+            format!("scheduled on broker-1: {on_wake:?}"),
+        ),
+        expect(
+            "another_broker_fires_within_the_ceiling",
+            net_held,
+            format!("scheduled on broker-2, which died: {elsewhere:?}"),
+        ),
+    ];
+    (vec![run], findings, expectations)
+}
+
+/// A burst of 50 000 timers due at once on three brokers.
+fn burst(seed: u64, options: Options) -> Parts {
+    let mut w = World::new(seed);
+    w.brokers = 3;
+    w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
+    w.liveness_ms = 30_000;
+    w.bursts = vec![Burst {
+        at_ms: 3_000,
+        count: 50_000,
+        delay_ms: 2_000,
+        payload_bytes: 512,
+        tenant: "tenant-0".into(),
+        broker: 1,
+    }];
+    let run = execute("burst of 50 000", "shipped", &w, 1);
+    let mut findings = BTreeMap::new();
+    findings.insert("latenessMs".into(), json!(run.numbers.lateness_ms));
+    let expectations = vec![expect(
+        "no_stale_segments",
+        run.numbers.stale_segments == 0,
+        format!("{} stale segments", run.numbers.stale_segments),
+    )];
+    (vec![run], findings, expectations)
+}
+
+/// Fairness: one tenant with 100 000 due timers, another with one due just after them.
+fn fairness(seed: u64, options: Options) -> Parts {
+    let mut w = World::new(seed);
+    w.brokers = 3;
+    w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
+    w.liveness_ms = 40_000;
+    w.bursts = vec![
+        Burst {
+            at_ms: 1_000,
+            count: 100_000,
+            delay_ms: 3_000,
+            payload_bytes: 256,
+            tenant: "tenant-big".into(),
+            broker: 1,
+        },
+        Burst {
+            at_ms: 2_000,
+            count: 1,
+            delay_ms: 2_500,
+            payload_bytes: 256,
+            tenant: "tenant-small".into(),
+            broker: 2,
+        },
+    ];
+    let outcome = world::run(&w);
+    let small = analysis::fires_of(&outcome, "b1-");
+    let big = analysis::fires_of(&outcome, "b0-");
+    let run = report_of("fairness", "shipped", &w, &outcome, 1);
+    let big_late = analysis::Spread::of(big.iter().map(|(_, late, _)| *late).collect());
+    let small_late = small.first().map_or(f64::NAN, |(_, late, _)| *late);
+    let mut findings = BTreeMap::new();
+    findings.insert("bigTenantLatenessMs".into(), json!(big_late));
+    findings.insert("smallTenantLatenessMs".into(), json!(small_late));
+    // One pass is at most QUEEN_SWEEPER_CYCLE_MAX_ROWS rows; with three brokers, three passes
+    // run side by side. The small tenant is starved if it waits for many passes of the big one.
+    let passes_waited = big.iter().filter(|(_, late, _)| *late < small_late).count() as f64
+        / f64::from(run.world.config().cycle_max_rows);
+    findings.insert(
+        "bigTenantPassesFiredBeforeTheSmallOne".into(),
+        json!(round1(passes_waited)),
+    );
+    (vec![run], findings, Vec::new())
+}
+
+/// The swarm: broker count, loads, latencies and faults drawn from the seed.
+fn swarm(seed: u64, options: Options) -> World {
+    let mut rng = Rng::new(seed).fork(77);
+    let mut w = World::new(seed);
+    w.brokers = rng.range(1, 6) as u32;
+    w.safety_ms = options.duration_s.unwrap_or(20) * 1000;
+    w.liveness_ms = 20_000;
+    let lease = rng.range(2_000, 8_000);
+    w.knobs = knobs(&[
+        ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
+        (
+            "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
+            &(lease / 2).min(2_000).to_string(),
+        ),
+        ("QUEEN_SWEEPER_CLAIM_BATCH", &rng.range(10, 300).to_string()),
+        (
+            "QUEEN_SWEEPER_MAX_FIRE_BYTES",
+            &rng.range(4_096, 1 << 20).to_string(),
+        ),
+        (
+            "QUEEN_KV_EXPIRE_EVERY_MS",
+            &rng.range(100, 2_000).to_string(),
+        ),
+    ]);
+    w.link_latency_ms = (0, rng.range(1, 20));
+    w.costs = Costs {
+        wal_bytes_per_s: rng.range(2, 64) * 1024 * 1024,
+        ..Costs::default()
+    };
+    w.timers = Some(TimerLoad {
+        per_s: rng.range(20, 600) as u32,
+        batch: rng.range(1, 20) as u32,
+        delay_ms: (0, rng.range(0, 5_000)),
+        payload_bytes: (16, rng.range(16, 8_192)),
+        tenants: rng.range(1, 4) as u32,
+        queues: rng.range(1, 4) as u32,
+        partitions: rng.range(1, 8) as u32,
+    });
+    if rng.chance(0.6) {
+        w.pushes = Some(PushLoad {
+            pushers: rng.range(1, 4) as u32,
+            per_s_each: rng.range(5, 60) as u32,
+            messages_per_push: 5,
+            payload_bytes: 1_024,
+        });
+    }
+    if rng.chance(0.5) {
+        w.kv = Some(KvLoad {
+            per_s: rng.range(10, 200) as u32,
+            ttl_ms: (50, 2_000),
+            keys: 200,
+        });
+    }
+    for _ in 0..rng.range(0, 4) {
+        let broker = rng.range(1, u64::from(w.brokers)) as u32;
+        let at = rng.range(1_000, w.safety_ms - 1_000);
+        let kind = if rng.chance(0.5) {
+            FaultKind::Crash { broker }
+        } else {
+            FaultKind::Cut { broker }
+        };
+        let heal = match kind {
+            FaultKind::Crash { .. } => FaultKind::Restart { broker },
+            _ => FaultKind::Heal { broker },
+        };
+        w.faults.push(Fault { at_ms: at, kind });
+        if rng.chance(0.5) {
+            w.faults.push(Fault {
+                at_ms: (at + rng.range(500, 8_000)).min(w.safety_ms),
+                kind: heal,
+            });
+        }
+    }
+    w
+}
