@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::state::{Source, Us};
+use crate::time::ORIGIN_US;
 use crate::world::Outcome;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
@@ -99,7 +100,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
             }
         }
         let bucket_us = bucket_s.max(1) * 1_000_000;
-        let buckets = (outcome.end_us / bucket_us + 1) as usize;
+        let buckets = ((outcome.end_us - ORIGIN_US) / bucket_us + 1) as usize;
         let mut series: Vec<Bucket> = (0..buckets)
             .map(|i| Bucket {
                 start_s: (i as u64 * bucket_s) as f64,
@@ -111,7 +112,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
             .collect();
         let mut late_by_bucket: Vec<Vec<f64>> = vec![Vec::new(); buckets];
         for (at, ms) in &late {
-            let i = (*at / bucket_us) as usize;
+            let i = ((*at - ORIGIN_US) / bucket_us) as usize;
             series[i].fired += 1;
             late_by_bucket[i].push(*ms);
         }
@@ -119,18 +120,19 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
             series[i].lateness_ms = Spread::of(values);
         }
         for segment in t.segments.iter().filter(|s| !s.fired) {
-            series[(segment.at / bucket_us) as usize].stale_segments += 1;
+            series[((segment.at - ORIGIN_US) / bucket_us) as usize].stale_segments += 1;
         }
         for q in t
             .queries
             .iter()
             .filter(|q| q.host.starts_with("broker-") && (q.kind == "probe" || q.kind == "claim"))
         {
-            series[(q.at / bucket_us) as usize].probe_claim_per_s += 1.0 / bucket_s.max(1) as f64;
+            series[((q.at - ORIGIN_US) / bucket_us) as usize].probe_claim_per_s +=
+                1.0 / bucket_s.max(1) as f64;
         }
         RunNumbers {
             label: label.to_owned(),
-            simulated_s: outcome.end_us as f64 / 1e6,
+            simulated_s: (outcome.end_us - ORIGIN_US) as f64 / 1e6,
             scheduled: log.scheduled.len() as u64,
             fired: late.len() as u64,
             dead_lettered: t.dlq.len() as u64,

@@ -116,7 +116,10 @@ pub fn check(outcome: &Outcome) -> Vec<Check> {
             verdict(
                 "ran_to_the_end",
                 &stopped,
-                format!("ran {} simulated ms", outcome.end_us / 1000),
+                format!(
+                    "ran {} simulated ms",
+                    (outcome.end_us - crate::time::ORIGIN_US) / 1000
+                ),
             ),
             verdict(
                 "never_early",
@@ -169,5 +172,136 @@ fn verdict(name: &'static str, offenders: &[String], ok: String) -> Check {
             passed: false,
             detail: format!("{} offenders, first: {}", offenders.len(), first.join("; ")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use queen_sweeper::store::Destination;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::model::server::{Costs, Db};
+    use crate::model::state::{KvKey, Pruned};
+    use crate::time::ORIGIN_US;
+    use crate::world::{LoadLog, Scheduled, World};
+
+    /// A finished run with one timer due at +1 s, fired as `fires` says.
+    fn outcome(fires: &[Us]) -> Outcome {
+        let db = Db::new(Costs::default());
+        let destination = Destination {
+            tenant: "t".into(),
+            queue: "q".into(),
+            partition: "p".into(),
+        };
+        db.with(|t| {
+            for at in fires {
+                t.append(
+                    &destination,
+                    vec![("tx".into(), Uuid::nil())],
+                    *at,
+                    Source::Fire,
+                    "broker-1",
+                );
+            }
+        });
+        let log = LoadLog {
+            scheduled: vec![Scheduled {
+                txn: "tx".into(),
+                deliver_at: ORIGIN_US + 1_000_000,
+                scheduled_at: ORIGIN_US,
+                broker: 1,
+            }],
+            ..LoadLog::default()
+        };
+        Outcome {
+            world: World::new(1),
+            db,
+            log: Arc::new(Mutex::new(log)),
+            end_us: ORIGIN_US + 120_000_000,
+            wall: Duration::ZERO,
+            failure: None,
+        }
+    }
+
+    fn failed(outcome: &Outcome) -> Vec<&'static str> {
+        check(outcome)
+            .into_iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name)
+            .collect()
+    }
+
+    #[test]
+    fn a_timer_fired_once_on_time_passes_every_check() {
+        assert!(failed(&outcome(&[ORIGIN_US + 1_000_500])).is_empty());
+    }
+
+    #[test]
+    fn an_early_fire_fails_never_early() {
+        assert_eq!(failed(&outcome(&[ORIGIN_US + 999_999])), ["never_early"]);
+    }
+
+    #[test]
+    fn a_second_fire_fails_exactly_once() {
+        assert_eq!(
+            failed(&outcome(&[ORIGIN_US + 1_000_000, ORIGIN_US + 1_200_000])),
+            ["exactly_once"]
+        );
+    }
+
+    #[test]
+    fn a_timer_never_fired_fails_all_fired() {
+        assert_eq!(failed(&outcome(&[])), ["all_fired"]);
+    }
+
+    #[test]
+    fn a_pruned_live_row_and_a_stuck_timer_and_a_stopped_run_are_caught() {
+        let mut run = outcome(&[ORIGIN_US + 1_000_000]);
+        run.db.with(|t| {
+            t.pruned.push(Pruned {
+                key: KvKey {
+                    tenant: "t".into(),
+                    namespace: "n".into(),
+                    key: "k".into(),
+                },
+                expires_at: ORIGIN_US + 5_000_000,
+                pruned_at: ORIGIN_US + 4_999_999,
+            });
+            let key = crate::model::state::TimerKey {
+                tenant: "t".into(),
+                queue: "q".into(),
+                key: "stuck".into(),
+            };
+            t.insert_timer(
+                key,
+                crate::model::state::TimerRow {
+                    partition: "p".into(),
+                    deliver_at: ORIGIN_US + 1_000_000,
+                    txn: "other".into(),
+                    message_id: Uuid::nil(),
+                    payload_bytes: 1,
+                    attempts: 0,
+                    last_error: None,
+                    claimed_until: None,
+                    token: None,
+                },
+            );
+        });
+        run.failure = Some("a host failed".into());
+        assert_eq!(
+            failed(&run),
+            ["ran_to_the_end", "nothing_left_due", "no_live_kv_pruned"]
+        );
+    }
+
+    #[test]
+    fn a_gap_in_a_partitions_offsets_is_caught() {
+        let run = outcome(&[ORIGIN_US + 1_000_000]);
+        run.db.with(|t| t.messages[0].offset = 1);
+        assert_eq!(failed(&run), ["dense_offsets"]);
     }
 }

@@ -42,6 +42,9 @@ struct Cli {
     /// Write the JSON report here (`-` for stdout).
     #[arg(long)]
     json: Option<String>,
+    /// Write each scenario's report directory here: JSON, SVG plots over time, a markdown page.
+    #[arg(long)]
+    report_dir: Option<std::path::PathBuf>,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -96,6 +99,15 @@ fn main() -> ExitCode {
         match scenarios::run(name, *seed, options) {
             Ok(report) => {
                 print!("{}", report::table(&report));
+                if let Some(dir) = &cli.report_dir {
+                    match report::write_dir(dir, &report, scenarios::explanation(name)) {
+                        Ok(files) => println!("  wrote {} files to {}", files.len(), dir.display()),
+                        Err(e) => {
+                            eprintln!("sim: cannot write the report to {}: {e}", dir.display());
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
                 if !report.passed {
                     failed.push(report.reproduce.clone());
                 }

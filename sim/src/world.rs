@@ -20,7 +20,7 @@ use crate::model::ops::described_payload;
 use crate::model::server::{Costs, Db, serve};
 use crate::model::state::Us;
 use crate::rng::Rng;
-use crate::time::{EPOCH_UNIX_S, now_us, parse_us, us};
+use crate::time::{EPOCH_UNIX_S, ORIGIN_US, elapsed_us, now_us, parse_us, us};
 use crate::wire::{
     DB_PORT, Request, Response, SEAM_PORT, ScheduleRequest, ScheduleResponse, read_frame,
     write_frame,
@@ -164,6 +164,7 @@ pub struct Outcome {
     pub world: World,
     pub db: Arc<Db>,
     pub log: Arc<Mutex<LoadLog>>,
+    /// The database's clock at the end (see [`crate::time::ORIGIN_US`]).
     pub end_us: Us,
     pub wall: Duration,
     /// Why the run stopped early, if it did (a host returned an error or the run overran).
@@ -229,7 +230,7 @@ pub fn run(world: &World) -> Outcome {
             }
         }
     }
-    let end_us = us(sim.elapsed());
+    let end_us = ORIGIN_US + us(sim.elapsed());
     Outcome {
         world: world.clone(),
         db,
@@ -378,7 +379,7 @@ fn add_load(
                 Err(e) => return Err(format!("a load generator panicked: {e}").into()),
             }
         }
-        let elapsed = Duration::from_micros(now_us());
+        let elapsed = Duration::from_micros(elapsed_us());
         if total > elapsed {
             tokio::time::sleep(total - elapsed).await;
         }
@@ -446,7 +447,7 @@ async fn scheduler(
     let calls = world.safety_ms * u64::from(calls_per_s) / 1000;
     let mut sequence = 0u64;
     for call in 0..calls {
-        if now_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= world.safety_ms * 1000 {
             break;
         }
         let broker = 1 + (rng.next_u64() % u64::from(world.brokers)) as u32;
@@ -479,7 +480,7 @@ async fn scheduler(
         let response = send_schedule(broker, &request).await;
         record(&log, broker, response, &txns, scheduled_at);
         let next = Duration::from_micros(gap.as_micros() as u64 * (call + 1));
-        let elapsed = Duration::from_micros(now_us());
+        let elapsed = Duration::from_micros(elapsed_us());
         if next > elapsed {
             tokio::time::sleep(next - elapsed).await;
         }
@@ -491,11 +492,11 @@ async fn burster(world: World, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()> 
     let mut bursts = world.bursts.clone();
     bursts.sort_by_key(|b| b.at_ms);
     for (n, burst) in bursts.iter().enumerate() {
-        if now_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= world.safety_ms * 1000 {
             break;
         }
         let at = Duration::from_millis(burst.at_ms);
-        let elapsed = Duration::from_micros(now_us());
+        let elapsed = Duration::from_micros(elapsed_us());
         if at > elapsed {
             tokio::time::sleep(at - elapsed).await;
         }
@@ -543,7 +544,7 @@ async fn pusher(
     let tenants = world.timers.as_ref().map_or(1, |t| t.tenants.max(1));
     let mut stream: Option<turmoil::net::TcpStream> = None;
     for n in 0..pushes {
-        if now_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= world.safety_ms * 1000 {
             break;
         }
         let d = destination(
@@ -578,7 +579,7 @@ async fn pusher(
             }
         }
         let next = Duration::from_micros(gap.as_micros() as u64 * (n + 1));
-        let elapsed = Duration::from_micros(now_us());
+        let elapsed = Duration::from_micros(elapsed_us());
         if next > elapsed {
             tokio::time::sleep(next - elapsed).await;
         }
@@ -596,7 +597,7 @@ async fn kv_writer(
     let puts = world.safety_ms * u64::from(load.per_s) / 1000;
     let mut stream = turmoil::net::TcpStream::connect(("db", DB_PORT)).await?;
     for n in 0..puts {
-        if now_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= world.safety_ms * 1000 {
             break;
         }
         let request = Request::KvPut {
@@ -610,7 +611,7 @@ async fn kv_writer(
         let _: Response = read_frame(&mut stream).await?;
         log.lock().expect("not poisoned").kv_puts += 1;
         let next = Duration::from_micros(gap.as_micros() as u64 * (n + 1));
-        let elapsed = Duration::from_micros(now_us());
+        let elapsed = Duration::from_micros(elapsed_us());
         if next > elapsed {
             tokio::time::sleep(next - elapsed).await;
         }

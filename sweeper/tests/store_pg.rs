@@ -69,7 +69,7 @@ async fn a_fire_past_its_statement_timeout_is_cancelled_server_side_and_the_pool
 
     // Nothing of the cancelled fire is left running in the server (the backend may take a moment
     // to report itself idle after the error has reached us).
-    let mut running = -1;
+    let mut running: i64 = -1;
     for _ in 0..250 {
         running = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'timeout-test' AND state = 'active'",

@@ -1,0 +1,506 @@
+//! One contract suite, two implementations: every check runs against the simulation's model of
+//! PostgreSQL (over the simulated wire, in turmoil) and against `store::pg` on a real PostgreSQL
+//! (the test tier). If the model drifts from the SQL, one side fails.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use queen_sim::client::SimStore;
+use queen_sim::model::server::{Costs, Db, serve};
+use queen_sim::wire::{Request, Response};
+use queen_sweeper::admission::{Admission, Maintenance, Slot};
+use queen_sweeper::drain::plan_fire_calls;
+use queen_sweeper::store::pg::PgStore;
+use queen_sweeper::store::{
+    Destination, FailRow, FireCall, HeldTimer, Segment, SegmentResult, ShardOrder, Store, TimerTx,
+};
+use queen_sweeper::testing::TestDb;
+use queen_sweeper::timers::{ApplyResult, ApplyStatus, Payload, TimerOp};
+
+/// What a contract check needs beyond the `Store` port.
+trait Backend {
+    type S: Store;
+    fn store(&self) -> &Self::S;
+    /// Schedules in a transaction of its own and commits.
+    async fn schedule(&self, tenant: &str, ops: Vec<TimerOp>) -> Vec<ApplyResult>;
+    /// Waits on the backend's clock (simulated or real).
+    async fn sleep(&self, duration: Duration);
+    /// Txns of every message in the log, sorted.
+    async fn messages(&self) -> Vec<String>;
+    async fn put_kv(&self, key: &str, ttl_ms: u64);
+    /// A fire call straight to the database, past the port's own assertions, to check the
+    /// database's guards.
+    async fn fire_unchecked(&self, call: FireCall) -> Option<String>;
+}
+
+struct Model {
+    store: SimStore,
+    db: Arc<Db>,
+}
+
+impl Backend for Model {
+    type S = SimStore;
+    fn store(&self) -> &SimStore {
+        &self.store
+    }
+    async fn schedule(&self, tenant: &str, ops: Vec<TimerOp>) -> Vec<ApplyResult> {
+        let mut tx = self.store.begin().await.expect("begin");
+        let results = tx.apply(tenant, &ops).await.expect("apply");
+        tx.commit().await.expect("commit");
+        results
+    }
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+    async fn messages(&self) -> Vec<String> {
+        let mut txns: Vec<String> = self
+            .db
+            .with(|t| t.messages.iter().map(|m| m.txn.clone()).collect());
+        txns.sort();
+        txns
+    }
+    async fn put_kv(&self, key: &str, ttl_ms: u64) {
+        let request = Request::KvPut {
+            tenant: "t".into(),
+            namespace: "ns".into(),
+            key: key.into(),
+            ttl_ms: Some(ttl_ms),
+            bytes: 8,
+        };
+        assert!(matches!(
+            self.store.call(request).await.expect("kv put"),
+            Response::Done
+        ));
+    }
+    async fn fire_unchecked(&self, call: FireCall) -> Option<String> {
+        self.store
+            .call(Request::Fire { call })
+            .await
+            .err()
+            .and_then(|e| e.sqlstate().map(str::to_owned))
+    }
+}
+
+struct Pg {
+    store: PgStore,
+    _db: TestDb,
+}
+
+impl Backend for Pg {
+    type S = PgStore;
+    fn store(&self) -> &PgStore {
+        &self.store
+    }
+    async fn schedule(&self, tenant: &str, ops: Vec<TimerOp>) -> Vec<ApplyResult> {
+        let mut tx = self.store.begin_timer_tx().await.expect("begin");
+        let results = tx.apply(tenant, &ops).await.expect("apply");
+        tx.commit().await.expect("commit");
+        results
+    }
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+    async fn messages(&self) -> Vec<String> {
+        sqlx::query_scalar("SELECT txn FROM queen.log_messages ORDER BY txn")
+            .fetch_all(self.store.pool())
+            .await
+            .expect("messages")
+    }
+    async fn put_kv(&self, key: &str, ttl_ms: u64) {
+        sqlx::query("SELECT queen.kv_put_v1('t', 'ns', $1, '1', $2, now())")
+            .bind(key)
+            .bind(i64::try_from(ttl_ms).unwrap())
+            .execute(self.store.pool())
+            .await
+            .expect("kv put");
+    }
+    async fn fire_unchecked(&self, call: FireCall) -> Option<String> {
+        let column =
+            |f: fn(&Segment) -> String| call.segments.iter().map(f).collect::<Vec<String>>();
+        let sizes: Vec<i32> = call
+            .segments
+            .iter()
+            .map(|s| s.timers.len() as i32)
+            .collect();
+        let keys: Vec<String> = call
+            .segments
+            .iter()
+            .flat_map(|s| s.timers.iter().map(|t| t.timer_key.clone()))
+            .collect();
+        let tokens: Vec<uuid::Uuid> = call
+            .segments
+            .iter()
+            .flat_map(|s| s.timers.iter().map(|t| t.token))
+            .collect();
+        sqlx::query("SELECT * FROM queen.log_timers_fire_v1($1, $2, $3, $4, $5, $6, now())")
+            .bind(column(|s| s.destination.tenant.clone()))
+            .bind(column(|s| s.destination.queue.clone()))
+            .bind(column(|s| s.destination.partition.clone()))
+            .bind(sizes)
+            .bind(keys)
+            .bind(tokens)
+            .fetch_all(self.store.pool())
+            .await
+            .err()
+            .and_then(|e| {
+                e.as_database_error()
+                    .and_then(|d| d.code())
+                    .map(|c| c.into_owned())
+            })
+    }
+}
+
+/// Runs `check` against the model inside a turmoil world.
+fn on_model<F, Fut>(check: F)
+where
+    F: FnOnce(Model) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let db = Db::new(Costs::default());
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(1)
+        .epoch(SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600))
+        .simulation_duration(Duration::from_secs(600))
+        .build();
+    let served = db.clone();
+    sim.host("db", move || serve(served.clone()));
+    sim.client("check", async move {
+        check(Model {
+            store: SimStore::new("db", Duration::from_secs(5)),
+            db,
+        })
+        .await;
+        Ok(())
+    });
+    sim.run().expect("the check ran to the end");
+}
+
+async fn on_pg() -> Pg {
+    let db = TestDb::new().await;
+    let store = PgStore::from_pool(db.pool_of(4).await, Duration::from_secs(5));
+    Pg { store, _db: db }
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod model {
+            $(#[test]
+            fn $name() {
+                super::on_model(|b| async move { super::$name(&b).await });
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(&super::on_pg().await).await;
+            })*
+        }
+    };
+}
+
+conformance![
+    a_claim_takes_due_rows_once_each_with_its_own_token,
+    a_fire_with_live_tokens_fires_once_and_again_is_stale,
+    two_segments_of_one_destination_are_refused_with_22023,
+    the_probe_counts_due_rows_up_to_its_cap,
+    an_expired_lease_is_reclaimed_with_a_new_token_and_the_old_fire_is_stale,
+    a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_the_dlq,
+    the_prune_deletes_expired_rows_in_budgets_and_reports_done,
+    the_schedule_seam_answers_every_status,
+];
+
+const ALL: fn() -> ShardOrder = || ShardOrder::starting_at(0);
+
+fn schedule(key: &str, delay_ms: i64) -> TimerOp {
+    TimerOp::Schedule {
+        queue: "q".into(),
+        timer_key: key.into(),
+        delay_ms,
+        payload: Payload::Json(serde_json::json!({"key": key})),
+        partition: Some("p".into()),
+        txn: Some(format!("txn-{key}")),
+    }
+}
+
+async fn slot() -> Slot<Maintenance> {
+    Admission::new(Default::default()).maintenance().await
+}
+
+async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) {
+    let mut ops: Vec<TimerOp> = (0..5).map(|i| schedule(&format!("due-{i}"), -10)).collect();
+    ops.push(schedule("later", 60_000));
+    b.schedule("t", ops).await;
+    let slot = slot().await;
+    let claimed = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    let mut keys: Vec<&str> = claimed.iter().map(|c| c.timer_key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["due-0", "due-1", "due-2", "due-3", "due-4"]);
+    let tokens: std::collections::BTreeSet<_> = claimed.iter().map(|c| c.token).collect();
+    assert_eq!(tokens.len(), 5);
+    let again = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    assert!(
+        again.is_empty(),
+        "held rows are not claimed twice: {again:?}"
+    );
+}
+
+async fn a_fire_with_live_tokens_fires_once_and_again_is_stale<B: Backend>(b: &B) {
+    b.schedule(
+        "t",
+        (0..3).map(|i| schedule(&format!("k{i}"), -5)).collect(),
+    )
+    .await;
+    let slot = slot().await;
+    let claimed = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
+    let first = b.store().fire(&slot, &call).await.expect("fire");
+    assert!(
+        first
+            .iter()
+            .all(|o| matches!(o.result, SegmentResult::Fired { .. })),
+        "{first:?}"
+    );
+    let second = b.store().fire(&slot, &call).await.expect("fire again");
+    assert!(
+        second.iter().all(|o| o.result == SegmentResult::Stale),
+        "{second:?}"
+    );
+    assert_eq!(b.messages().await, ["txn-k0", "txn-k1", "txn-k2"]);
+}
+
+async fn two_segments_of_one_destination_are_refused_with_22023<B: Backend>(b: &B) {
+    b.schedule("t", vec![schedule("a", -5), schedule("b", -5)])
+        .await;
+    let slot = slot().await;
+    let claimed = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    let destination = Destination {
+        tenant: "t".into(),
+        queue: "q".into(),
+        partition: "p".into(),
+    };
+    let segment = |c: &queen_sweeper::store::ClaimedTimer| Segment {
+        destination: destination.clone(),
+        timers: vec![HeldTimer {
+            timer_key: c.timer_key.clone(),
+            token: c.token,
+        }],
+        bytes: 1,
+    };
+    let call = FireCall {
+        segments: vec![segment(&claimed[0]), segment(&claimed[1])],
+    };
+    assert_eq!(b.fire_unchecked(call).await.as_deref(), Some("22023"));
+    assert!(b.messages().await.is_empty(), "nothing written");
+}
+
+async fn the_probe_counts_due_rows_up_to_its_cap<B: Backend>(b: &B) {
+    let slot = slot().await;
+    let empty = b.store().probe(&slot, &ALL(), 3).await.expect("probe");
+    assert_eq!(
+        (empty.next_in_ms, empty.due, empty.due_capped),
+        (None, 0, false)
+    );
+    let mut ops: Vec<TimerOp> = (0..5).map(|i| schedule(&format!("d{i}"), -1_000)).collect();
+    ops.push(schedule("later", 60_000));
+    b.schedule("t", ops).await;
+    let capped = b.store().probe(&slot, &ALL(), 3).await.expect("probe");
+    assert_eq!(
+        (capped.next_in_ms, capped.due, capped.due_capped),
+        (Some(0), 3, true)
+    );
+    assert!(capped.late_ms >= 1_000, "{capped:?}");
+    let full = b.store().probe(&slot, &ALL(), 10).await.expect("probe");
+    assert_eq!((full.due, full.due_capped), (5, false));
+}
+
+async fn an_expired_lease_is_reclaimed_with_a_new_token_and_the_old_fire_is_stale<B: Backend>(
+    b: &B,
+) {
+    b.schedule("t", vec![schedule("x", -5)]).await;
+    let slot = slot().await;
+    let lease = Duration::from_millis(300);
+    let first = b
+        .store()
+        .claim(&slot, &ALL(), lease, 10, 10)
+        .await
+        .expect("claim");
+    assert_eq!(first.len(), 1);
+    assert!(
+        b.store()
+            .claim(&slot, &ALL(), lease, 10, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    b.sleep(Duration::from_millis(400)).await;
+    let second = b
+        .store()
+        .claim(&slot, &ALL(), lease * 100, 10, 10)
+        .await
+        .expect("reclaim");
+    assert_eq!(second.len(), 1);
+    assert_ne!(first[0].token, second[0].token);
+    let old = b
+        .store()
+        .fire(&slot, &plan_fire_calls(&first, 1 << 20)[0])
+        .await
+        .expect("old fire");
+    assert_eq!(old[0].result, SegmentResult::Stale);
+    let new = b
+        .store()
+        .fire(&slot, &plan_fire_calls(&second, 1 << 20)[0])
+        .await
+        .expect("new fire");
+    assert!(matches!(new[0].result, SegmentResult::Fired { .. }));
+    assert_eq!(b.messages().await, ["txn-x"]);
+}
+
+async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_the_dlq<
+    B: Backend,
+>(
+    b: &B,
+) {
+    b.schedule("t", vec![schedule("f", -5)]).await;
+    let slot = slot().await;
+    let claimed = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    let row = |backoff_ms| FailRow {
+        timer: claimed[0].timer_ref(),
+        backoff: Duration::from_millis(backoff_ms),
+    };
+    let transient = b
+        .store()
+        .fail(&slot, &[row(200)], "db away", true, 2)
+        .await
+        .expect("fail");
+    assert_eq!((transient[0].attempts, transient[0].exhausted), (0, false));
+    assert!(
+        b.store()
+            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "in backoff"
+    );
+    b.sleep(Duration::from_millis(300)).await;
+    let again = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .await
+        .expect("claim");
+    assert_eq!(again.len(), 1);
+    let failed_row = FailRow {
+        timer: again[0].timer_ref(),
+        backoff: Duration::ZERO,
+    };
+    let permanent = b
+        .store()
+        .fail(&slot, &[failed_row], "poison", false, 1)
+        .await
+        .expect("fail");
+    assert_eq!((permanent[0].attempts, permanent[0].exhausted), (1, true));
+    assert_eq!(
+        b.store()
+            .dlq(&slot, &[again[0].timer_ref()])
+            .await
+            .expect("dlq"),
+        1
+    );
+    assert!(
+        b.messages().await.is_empty(),
+        "a dead letter is not a message"
+    );
+}
+
+async fn the_prune_deletes_expired_rows_in_budgets_and_reports_done<B: Backend>(b: &B) {
+    for i in 0..5 {
+        b.put_kv(&format!("gone-{i}"), 1).await;
+    }
+    b.put_kv("alive", 600_000).await;
+    b.sleep(Duration::from_millis(50)).await;
+    let slot = slot().await;
+    let first = b
+        .store()
+        .kv_expire_step(&slot, &ALL(), 3)
+        .await
+        .expect("prune");
+    assert_eq!((first.deleted, first.done, first.unpruned), (3, false, 2));
+    let second = b
+        .store()
+        .kv_expire_step(&slot, &ALL(), 3)
+        .await
+        .expect("prune");
+    assert_eq!((second.deleted, second.done, second.unpruned), (2, true, 0));
+    let third = b
+        .store()
+        .kv_expire_step(&slot, &ALL(), 3)
+        .await
+        .expect("prune");
+    assert_eq!(
+        (third.deleted, third.done, third.unpruned, third.lag_ms),
+        (0, true, 0, 0)
+    );
+}
+
+async fn the_schedule_seam_answers_every_status<B: Backend>(b: &B) {
+    let first = b.schedule("t", vec![schedule("s", 60_000)]).await;
+    assert_eq!(first[0].status, ApplyStatus::Scheduled);
+    assert_eq!(first[0].deliver_in_ms, Some(60_000));
+    let again = b.schedule("t", vec![schedule("s", 30_000)]).await;
+    assert_eq!(again[0].status, ApplyStatus::Rescheduled);
+    assert_eq!(
+        again[0].message_id, first[0].message_id,
+        "a reschedule keeps the message id"
+    );
+    let cancel = TimerOp::Cancel {
+        queue: "q".into(),
+        timer_key: "s".into(),
+    };
+    assert_eq!(
+        b.schedule("t", vec![cancel.clone()]).await[0].status,
+        ApplyStatus::Cancelled
+    );
+    assert_eq!(
+        b.schedule("t", vec![cancel]).await[0].status,
+        ApplyStatus::Absent
+    );
+    b.schedule("t", vec![schedule("held", -5)]).await;
+    let slot = slot().await;
+    assert_eq!(
+        b.store()
+            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    let late = b
+        .schedule(
+            "t",
+            vec![TimerOp::Cancel {
+                queue: "q".into(),
+                timer_key: "held".into(),
+            }],
+        )
+        .await;
+    assert_eq!(late[0].status, ApplyStatus::TooLate);
+}
