@@ -146,6 +146,14 @@ pub fn line_chart(
     root.present().map_err(|e| e.to_string())
 }
 
+/// A chart of a report page: file suffix, title, unit, and the value it plots per bucket.
+type Chart = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::analysis::Bucket) -> f64,
+);
+
 /// Writes a scenario's report directory: JSON, plots over time, and a markdown page.
 pub fn write_dir(
     dir: &std::path::Path,
@@ -169,7 +177,7 @@ pub fn write_dir(
             })
             .collect()
     };
-    let charts: [(&str, &str, &str, fn(&crate::analysis::Bucket) -> f64); 4] = [
+    let charts: [Chart; 4] = [
         ("lateness", "fire lateness p99 per bucket", "ms", |b| {
             b.lateness_ms.p99
         }),
