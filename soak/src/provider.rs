@@ -1,0 +1,175 @@
+//! Where the soak's PostgreSQL comes from, tried in order and reported:
+//!
+//! 1. a URL (`--database-url` or `DATABASE_URL`): an existing server, used as it is;
+//! 2. Docker, through testcontainers, when a Docker engine answers ([`docker`]);
+//! 3. a throwaway local cluster from the installed server binaries (the test tier's
+//!    [`LocalCluster`], durable, on a loopback port, as the `postgres` OS user when root).
+//!
+//! `--provider` forces one. A provider that cannot start says why in one line.
+
+pub mod docker;
+
+use std::str::FromStr;
+
+use queen_sweeper::testing::cluster::{ClusterOptions, Listen, LocalCluster};
+use serde::Serialize;
+use sqlx::Connection;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderKind {
+    Url,
+    Docker,
+    Local,
+}
+
+impl FromStr for ProviderKind {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "url" => Ok(ProviderKind::Url),
+            "docker" | "testcontainers" => Ok(ProviderKind::Docker),
+            "local" => Ok(ProviderKind::Local),
+            other => Err(format!("unknown provider {other:?}: use url, docker or local")),
+        }
+    }
+}
+
+/// A database the soak may use, and whatever keeps it alive.
+pub struct Database {
+    pub url: String,
+    pub provider: ProviderKind,
+    /// One line: what was started or used.
+    pub description: String,
+    /// Process id of the postmaster when the soak started it here (for its RSS).
+    pub postmaster_pid: Option<u32>,
+    _keep_alive: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("provider", &self.provider).field("description", &self.description).finish()
+    }
+}
+
+/// Settings that shape the Docker provider.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    pub image: String,
+    pub tag: String,
+    pub host_network: bool,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions { image: "postgres".into(), tag: "15".into(), host_network: true }
+    }
+}
+
+/// Provides a database: `forced` or the first that works, in order.
+pub async fn provide(forced: Option<ProviderKind>, url: Option<String>, docker_options: &DockerOptions) -> Result<Database, String> {
+    let order: Vec<ProviderKind> = match forced {
+        Some(kind) => vec![kind],
+        None if url.is_some() => vec![ProviderKind::Url],
+        None => vec![ProviderKind::Docker, ProviderKind::Local],
+    };
+    let mut reasons = Vec::new();
+    for kind in order {
+        let attempt = match kind {
+            ProviderKind::Url => match &url {
+                Some(url) => from_url(url).await,
+                None => Err("--provider url needs --database-url or DATABASE_URL".to_owned()),
+            },
+            ProviderKind::Docker => docker::start(docker_options).await,
+            ProviderKind::Local => local().await,
+        };
+        match attempt {
+            Ok(database) => {
+                for reason in &reasons {
+                    eprintln!("soak: {reason}");
+                }
+                return Ok(database);
+            }
+            Err(reason) if forced.is_none() => reasons.push(format!("provider {kind:?} skipped: {reason}")),
+            Err(reason) => return Err(format!("provider {kind:?} cannot start: {reason}")),
+        }
+    }
+    Err(reasons.join("; "))
+}
+
+async fn from_url(url: &str) -> Result<Database, String> {
+    let connection = sqlx::PgConnection::connect(url).await.map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = connection.close().await;
+    Ok(Database {
+        url: url.to_owned(),
+        provider: ProviderKind::Url,
+        description: "an existing server from the given URL".to_owned(),
+        postmaster_pid: None,
+        _keep_alive: Box::new(()),
+    })
+}
+
+/// Settings of the local cluster: durable (fsync and synchronous commit on, as a rig would run),
+/// with room for the soak's connections.
+fn local_options(port: u16) -> ClusterOptions {
+    ClusterOptions {
+        listen: Listen::Loopback { port },
+        durable: true,
+        settings: vec![("max_connections".into(), "300".into())],
+        ..ClusterOptions::default()
+    }
+}
+
+/// Starts a local cluster on a thread that lives as long as the process (the server is bound to
+/// its starting thread by PR_SET_PDEATHSIG).
+async fn local() -> Result<Database, String> {
+    let port = free_loopback_port()?;
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let keeper = std::thread::Builder::new()
+        .name("soak-postgres".into())
+        .spawn(move || {
+            match LocalCluster::start(&local_options(port)) {
+                Ok(cluster) => {
+                    let info = (cluster.tcp_url("postgres"), cluster.version().to_owned(), cluster.pid());
+                    let (keep_sender, keep_receiver) = std::sync::mpsc::channel::<()>();
+                    let _ = sender.send(Ok((info, keep_sender)));
+                    // Hold the cluster until the soak drops its Database (the channel closes).
+                    let _ = keep_receiver.recv();
+                    drop(cluster);
+                }
+                Err(e) => {
+                    let _ = sender.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| format!("cannot spawn the cluster thread: {e}"))?;
+    let ((url, version, pid), keep) = receiver.await.map_err(|_| "the cluster thread died".to_owned())??;
+    Ok(Database {
+        url,
+        provider: ProviderKind::Local,
+        description: format!("a throwaway local cluster ({version}) on 127.0.0.1:{port}"),
+        postmaster_pid: pid,
+        _keep_alive: Box::new(KeepAlive { keep: Some(keep), keeper: Some(keeper) }),
+    })
+}
+
+/// Dropping it tells the cluster thread to stop the server and remove its directory, and waits
+/// for that to finish (a fast shutdown, bounded by the cluster's stop timeout).
+struct KeepAlive {
+    keep: Option<std::sync::mpsc::Sender<()>>,
+    keeper: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        drop(self.keep.take());
+        if let Some(keeper) = self.keeper.take() {
+            let _ = keeper.join();
+        }
+    }
+}
+
+pub fn free_loopback_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
