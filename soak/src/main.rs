@@ -1,1 +1,349 @@
-fn main() {}
+//! `soak`: drive a real PostgreSQL with Queen brokers, measure, emit dated blocks.
+//!
+//! ```text
+//! soak                              the canonical workload; prints the headline numbers
+//! soak --smoke                      about a minute and a half, end to end (CI runs it)
+//! soak experiments [--only NAME]    one sweep per unmeasured setting (about 35 minutes here)
+//! soak bench                        the sweeper against the physical limit, probe p99, RSS, idle cost
+//! soak apply-blocks DIR             put DIR/blocks.sql in place of the markers in sql/
+//! ```
+//!
+//! The database: `--database-url`/`DATABASE_URL`, else Docker (testcontainers) if an engine
+//! answers, else a throwaway local cluster from the installed PostgreSQL binaries;
+//! `--provider url|docker|local` forces one.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use queen_soak::blocks;
+use queen_soak::experiments::{self, Scale};
+use queen_soak::provider::{self, DockerOptions, ProviderKind};
+use queen_soak::report;
+use queen_soak::rig::Rig;
+use queen_soak::run::{Run, RunResult, Workload};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "soak",
+    about = "Drive a real PostgreSQL with Queen brokers, measure, emit dated blocks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The short end-to-end run CI does (about 90 s).
+    #[arg(long)]
+    smoke: bool,
+    /// Force a provider: url, docker or local.
+    #[arg(long, global = true)]
+    provider: Option<ProviderKind>,
+    #[arg(long, global = true, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Docker image and tag (the recipe in soak/docker builds queen-soak-postgres:15 offline).
+    #[arg(long, global = true)]
+    docker_image: Option<String>,
+    #[arg(long, global = true)]
+    docker_tag: Option<String>,
+    /// Docker network mode: host (default; PostgreSQL on a free loopback port) or bridge.
+    #[arg(long, global = true)]
+    docker_network: Option<String>,
+    /// Seconds per run (the canonical run, each experiment point, each bench drain).
+    #[arg(long, global = true)]
+    seconds: Option<u64>,
+    /// Brokers as `queen-sweeper serve` processes (the canonical run); with --kill-one-at, one is
+    /// killed with SIGKILL that many seconds in.
+    #[arg(long)]
+    broker_processes: bool,
+    #[arg(long)]
+    kill_one_at: Option<u64>,
+    /// Where reports go (default: reports/<date>-<rig>).
+    #[arg(long, global = true)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One sweep per unmeasured setting; writes report.md, plots, experiments.json, blocks.sql.
+    Experiments {
+        /// Only the settings whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
+    },
+    /// The sweeper against the physical limit, probe p99 at 0-1M pending, peak RSS, idle cost.
+    Bench,
+    /// Replace the `[not measured]` markers in sql/ with DIR/blocks.sql.
+    ApplyBlocks {
+        dir: PathBuf,
+        #[arg(long, default_value = "sql")]
+        sql_dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::ApplyBlocks { dir, sql_dir }) = &cli.command {
+        return match blocks::apply(dir, sql_dir) {
+            Ok(applied) => {
+                for line in applied {
+                    println!("applied {line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("soak: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("soak: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(soak(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn docker_options(cli: &Cli) -> Result<DockerOptions, String> {
+    let mut options = DockerOptions::default();
+    if let Some(image) = &cli.docker_image {
+        options.image.clone_from(image);
+    }
+    if let Some(tag) = &cli.docker_tag {
+        options.tag.clone_from(tag);
+    }
+    match cli.docker_network.as_deref() {
+        None | Some("host") => {}
+        Some("bridge") => options.host_network = false,
+        Some(other) => return Err(format!("--docker-network {other:?}: use host or bridge")),
+    }
+    Ok(options)
+}
+
+/// `queen-sweeper` built next to this binary, for broker processes.
+fn sweeper_binary() -> Option<PathBuf> {
+    let candidate = std::env::current_exe()
+        .ok()?
+        .parent()?
+        .join("queen-sweeper");
+    candidate.is_file().then_some(candidate)
+}
+
+async fn soak(cli: Cli) -> Result<(), String> {
+    let database = provider::provide(
+        cli.provider,
+        cli.database_url.clone(),
+        &docker_options(&cli)?,
+    )
+    .await?;
+    eprintln!(
+        "soak: PostgreSQL from {:?}: {}",
+        database.provider, database.description
+    );
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&database.url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let rig = Rig::read(&admin, &format!("{:?}", database.provider).to_lowercase()).await?;
+    admin.close().await;
+    eprintln!("soak: rig {}", rig.describe());
+    let binary = sweeper_binary();
+    let run = Run {
+        server_url: &database.url,
+        sweeper_binary: binary.as_deref(),
+        quiet: false,
+    };
+    let date = chrono::DateTime::from_timestamp(
+        queen_sweeper::clock::wall_since_epoch().as_secs() as i64,
+        0,
+    )
+    .map_or_else(
+        || "unknown-date".to_owned(),
+        |d| d.format("%Y-%m-%d").to_string(),
+    );
+    let out = cli
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("reports/{date}-{}", rig.label())));
+
+    match (&cli.command, cli.smoke) {
+        (_, true) => smoke(&run, &rig, &date, binary.is_some()).await,
+        (Some(Command::Experiments { only }), _) => {
+            let findings = experiments::run_all(
+                &run,
+                Scale {
+                    seconds: cli.seconds.unwrap_or(18),
+                },
+                only.as_deref(),
+            )
+            .await?;
+            let emitted = blocks::blocks(&findings, &rig, &date);
+            report::write_json(&out, report::RIG, &rig)?;
+            report::write_json(&out, report::EXPERIMENTS, &findings)?;
+            std::fs::write(
+                out.join("blocks.sql"),
+                blocks::file_text(&emitted, &rig, &date),
+            )
+            .map_err(|e| e.to_string())?;
+            report::rebuild(&out)?;
+            for f in &findings {
+                println!(
+                    "{} (shipped {}): edge {:?}, shipped safe: {}; {}",
+                    f.setting, f.shipped, f.threshold, f.shipped_ok, f.observed
+                );
+            }
+            println!(
+                "wrote {} blocks and the report to {}",
+                emitted.len(),
+                out.display()
+            );
+            Ok(())
+        }
+        (Some(Command::Bench), _) => {
+            let bench = queen_soak::bench::run(&run, cli.seconds.unwrap_or(30)).await?;
+            report::write_json(&out, report::RIG, &rig)?;
+            report::write_json(&out, report::BENCH, &bench)?;
+            report::rebuild(&out)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&bench).map_err(|e| e.to_string())?
+            );
+            println!("wrote the bench to {}", out.display());
+            Ok(())
+        }
+        (Some(Command::ApplyBlocks { .. }), _) => unreachable!("handled before the runtime starts"),
+        (None, false) => {
+            let runs = canonical(&run, &cli, cli.seconds.unwrap_or(60)).await?;
+            if let Some(dir) = &cli.out {
+                report::write_json(dir, report::RIG, &rig)?;
+                report::write_json(dir, report::CANONICAL, &runs)?;
+                report::rebuild(dir)?;
+                println!("wrote the report to {}", dir.display());
+            }
+            check_delivery(&runs)
+        }
+    }
+}
+
+/// The canonical workload, and the same pushes without a sweeper for the push p99 impact.
+async fn canonical(run: &Run<'_>, cli: &Cli, seconds: u64) -> Result<Vec<RunResult>, String> {
+    let mut alone = Workload::canonical(seconds.min(30));
+    alone.label = "pushes alone (no sweeper)".into();
+    alone.brokers = 0;
+    alone.timers_per_s = 0;
+    alone.kv_per_s = 0;
+    let baseline = run.execute(&alone, "canonical_baseline").await?;
+    let mut workload = Workload::canonical(seconds);
+    workload.broker_processes = cli.broker_processes || cli.kill_one_at.is_some();
+    workload.kill_one_at_s = cli.kill_one_at;
+    if cli.kill_one_at.is_some() {
+        // A killed broker's claims come back after the lease: keep it short enough to see.
+        workload = workload
+            .knob("QUEEN_SWEEPER_LEASE_MS", 10_000)
+            .knob("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", 5_000);
+        workload.drain_limit_s = 30;
+    }
+    let result = run.execute(&workload, "canonical").await?;
+    println!("{}", report::headline(&baseline));
+    println!("{}", report::headline(&result));
+    println!(
+        "headline: {:.0} timers fired/s, lateness p99 {} ms, push p99 {} ms with the sweeper vs {} ms without ({:+.1} ms)",
+        result.fired_per_s,
+        result.lateness_ms.p99,
+        result.push_latency_ms.p99,
+        baseline.push_latency_ms.p99,
+        result.push_latency_ms.p99 - baseline.push_latency_ms.p99
+    );
+    Ok(vec![baseline, result])
+}
+
+/// Exactly once and never early, or the run fails.
+fn check_delivery(runs: &[RunResult]) -> Result<(), String> {
+    for r in runs {
+        if r.duplicates != 0 || r.never_fired != 0 || r.fired_early != 0 {
+            return Err(format!(
+                "{}: {} duplicated, {} never fired, {} fired early",
+                r.workload.label, r.duplicates, r.never_fired, r.fired_early
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// About a minute and a half, end to end: the canonical workload briefly, a broker process
+/// killed with SIGKILL (when the binary is there), two experiment points, dated blocks, and
+/// apply-blocks on a copy of sql/.
+async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Result<(), String> {
+    let mut runs = Vec::new();
+    let mut quick = Workload::canonical(15);
+    quick.label = "smoke".into();
+    runs.push(run.execute(&quick, "smoke").await?);
+    println!("{}", report::headline(&runs[0]));
+    if have_binary {
+        let mut killed = Workload::canonical(15);
+        killed.label = "smoke, a broker SIGKILLed".into();
+        killed.brokers = 2;
+        killed.broker_processes = true;
+        killed.kill_one_at_s = Some(5);
+        killed.drain_limit_s = 20;
+        killed = killed
+            .knob("QUEEN_SWEEPER_LEASE_MS", 4_000)
+            .knob("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", 2_000);
+        runs.push(run.execute(&killed, "smoke_killed").await?);
+        println!("{}", report::headline(&runs[1]));
+    } else {
+        println!(
+            "smoke: no queen-sweeper binary next to soak; the broker-process run is skipped (cargo build --release -p queen-sweeper)"
+        );
+    }
+    check_delivery(&runs)?;
+    let findings = experiments::run_all(run, Scale { seconds: 8 }, Some("MAX_SLEEP")).await?;
+    let emitted = blocks::blocks(&findings, rig, date);
+    if emitted.is_empty() {
+        return Err("the smoke experiment measured no shipped value".into());
+    }
+    let scratch = std::env::temp_dir().join(format!("queen-soak-smoke-{}", std::process::id()));
+    let sql_copy = scratch.join("sql");
+    copy_sql(Path::new("sql"), &sql_copy)?;
+    std::fs::write(
+        scratch.join("blocks.sql"),
+        blocks::file_text(&emitted, rig, date),
+    )
+    .map_err(|e| e.to_string())?;
+    let applied = blocks::apply(&scratch, &sql_copy)?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!(
+        "smoke: {} block(s) emitted and applied to a copy of sql/: {}",
+        applied.len(),
+        applied.join(", ")
+    );
+    Ok(())
+}
+
+fn copy_sql(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(from).map_err(|e| {
+        format!(
+            "cannot read {} (run from the repository root): {e}",
+            from.display()
+        )
+    })? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|x| x == "sql") {
+            std::fs::copy(&path, to.join(path.file_name().expect("a file")))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}

@@ -30,7 +30,9 @@ impl FromStr for ProviderKind {
             "url" => Ok(ProviderKind::Url),
             "docker" | "testcontainers" => Ok(ProviderKind::Docker),
             "local" => Ok(ProviderKind::Local),
-            other => Err(format!("unknown provider {other:?}: use url, docker or local")),
+            other => Err(format!(
+                "unknown provider {other:?}: use url, docker or local"
+            )),
         }
     }
 }
@@ -48,26 +50,47 @@ pub struct Database {
 
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database").field("provider", &self.provider).field("description", &self.description).finish()
+        f.debug_struct("Database")
+            .field("provider", &self.provider)
+            .field("description", &self.description)
+            .finish()
     }
 }
 
 /// Settings that shape the Docker provider.
+///
+/// The default is the image `soak/docker/build-image.sh` builds offline from the Debian mirror,
+/// `queen-soak-postgres:15` (initdb done at build time, so a container accepts connections in
+/// about 0.3 s), on the host network: PostgreSQL listens on a free port of 127.0.0.1 itself, so
+/// every byte of the soak's traffic stays on the loopback. Where a registry is reachable, the
+/// official image works as well: `--docker-image postgres --docker-tag 15` (it runs initdb at its
+/// first start, which takes seconds).
 #[derive(Debug, Clone)]
 pub struct DockerOptions {
+    /// Image name, e.g. `queen-soak-postgres` or `postgres`.
     pub image: String,
     pub tag: String,
+    /// `true`: the host's network, the server on 127.0.0.1:port. `false`: a bridge network, the
+    /// container's 5432 published on 127.0.0.1:port (needs a dockerd with a bridge).
     pub host_network: bool,
 }
 
 impl Default for DockerOptions {
     fn default() -> Self {
-        DockerOptions { image: "postgres".into(), tag: "15".into(), host_network: true }
+        DockerOptions {
+            image: docker::LOCAL_IMAGE.into(),
+            tag: "15".into(),
+            host_network: true,
+        }
     }
 }
 
 /// Provides a database: `forced` or the first that works, in order.
-pub async fn provide(forced: Option<ProviderKind>, url: Option<String>, docker_options: &DockerOptions) -> Result<Database, String> {
+pub async fn provide(
+    forced: Option<ProviderKind>,
+    url: Option<String>,
+    docker_options: &DockerOptions,
+) -> Result<Database, String> {
     let order: Vec<ProviderKind> = match forced {
         Some(kind) => vec![kind],
         None if url.is_some() => vec![ProviderKind::Url],
@@ -90,7 +113,9 @@ pub async fn provide(forced: Option<ProviderKind>, url: Option<String>, docker_o
                 }
                 return Ok(database);
             }
-            Err(reason) if forced.is_none() => reasons.push(format!("provider {kind:?} skipped: {reason}")),
+            Err(reason) if forced.is_none() => {
+                reasons.push(format!("provider {kind:?} skipped: {reason}"));
+            }
             Err(reason) => return Err(format!("provider {kind:?} cannot start: {reason}")),
         }
     }
@@ -98,7 +123,9 @@ pub async fn provide(forced: Option<ProviderKind>, url: Option<String>, docker_o
 }
 
 async fn from_url(url: &str) -> Result<Database, String> {
-    let connection = sqlx::PgConnection::connect(url).await.map_err(|e| format!("cannot connect: {e}"))?;
+    let connection = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
     let _ = connection.close().await;
     Ok(Database {
         url: url.to_owned(),
@@ -130,7 +157,11 @@ async fn local() -> Result<Database, String> {
         .spawn(move || {
             match LocalCluster::start(&local_options(port)) {
                 Ok(cluster) => {
-                    let info = (cluster.tcp_url("postgres"), cluster.version().to_owned(), cluster.pid());
+                    let info = (
+                        cluster.tcp_url("postgres"),
+                        cluster.version().to_owned(),
+                        cluster.pid(),
+                    );
                     let (keep_sender, keep_receiver) = std::sync::mpsc::channel::<()>();
                     let _ = sender.send(Ok((info, keep_sender)));
                     // Hold the cluster until the soak drops its Database (the channel closes).
@@ -143,13 +174,18 @@ async fn local() -> Result<Database, String> {
             }
         })
         .map_err(|e| format!("cannot spawn the cluster thread: {e}"))?;
-    let ((url, version, pid), keep) = receiver.await.map_err(|_| "the cluster thread died".to_owned())??;
+    let ((url, version, pid), keep) = receiver
+        .await
+        .map_err(|_| "the cluster thread died".to_owned())??;
     Ok(Database {
         url,
         provider: ProviderKind::Local,
         description: format!("a throwaway local cluster ({version}) on 127.0.0.1:{port}"),
         postmaster_pid: pid,
-        _keep_alive: Box::new(KeepAlive { keep: Some(keep), keeper: Some(keeper) }),
+        _keep_alive: Box::new(KeepAlive {
+            keep: Some(keep),
+            keeper: Some(keeper),
+        }),
     })
 }
 
@@ -170,6 +206,10 @@ impl Drop for KeepAlive {
 }
 
 pub fn free_loopback_port() -> Result<u16, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("no free loopback port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
 }

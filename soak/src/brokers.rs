@@ -1,0 +1,340 @@
+//! The brokers of a run: in this process (each its own pool, identity and sweeper), or separate
+//! `queen-sweeper serve` processes, one of which can be killed with SIGKILL. Either way they are
+//! read the same way, through their Prometheus text.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use queen_sweeper::clock;
+use queen_sweeper::config::Config;
+use queen_sweeper::cycle::Sweeper;
+use queen_sweeper::metrics::Metrics;
+use queen_sweeper::store::pg::{PgStore, connect_options};
+use queen_sweeper::timers::{Seam, TimerOp};
+use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// What a broker has done so far, from its metrics.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Counters {
+    pub fired: u64,
+    pub stale_timers: u64,
+    pub stale_segments: u64,
+    pub empty_claims: u64,
+    pub failures: u64,
+    pub dlq: u64,
+    pub expired_not_pruned: i64,
+    pub queries: BTreeMap<String, u64>,
+}
+
+impl Counters {
+    /// Reads the Prometheus text a broker serves.
+    pub fn parse(text: &str) -> Counters {
+        let mut counters = Counters::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            let label = |name: &str| -> Option<String> {
+                let start = series.find(&format!("{name}=\""))? + name.len() + 2;
+                Some(series[start..].split('"').next()?.to_owned())
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            match name {
+                "queen_sweeper_timers_total" if label("result").as_deref() == Some("fired") => {
+                    counters.fired = value as u64;
+                }
+                "queen_sweeper_timers_total" if label("result").as_deref() == Some("stale") => {
+                    counters.stale_timers = value as u64;
+                }
+                "queen_sweeper_segments_total" if label("result").as_deref() == Some("stale") => {
+                    counters.stale_segments = value as u64;
+                }
+                "queen_sweeper_empty_claims_total" => counters.empty_claims = value as u64,
+                "queen_sweeper_failures_total" => counters.failures += value as u64,
+                "queen_sweeper_dlq_total" => counters.dlq = value as u64,
+                "queen_kv_expired_not_pruned" => counters.expired_not_pruned = value as i64,
+                "queen_sweeper_queries_total" => {
+                    if let Some(kind) = label("kind") {
+                        *counters.queries.entry(kind).or_default() += value as u64;
+                    }
+                }
+                _ => {}
+            }
+        }
+        counters
+    }
+
+    pub fn add(&mut self, other: &Counters) {
+        self.fired += other.fired;
+        self.stale_timers += other.stale_timers;
+        self.stale_segments += other.stale_segments;
+        self.empty_claims += other.empty_claims;
+        self.failures += other.failures;
+        self.dlq += other.dlq;
+        self.expired_not_pruned = self.expired_not_pruned.max(other.expired_not_pruned);
+        for (kind, n) in &other.queries {
+            *self.queries.entry(kind.clone()).or_default() += n;
+        }
+    }
+}
+
+/// One broker.
+pub enum Broker {
+    InProcess {
+        metrics: Metrics,
+        seam: Seam,
+        store: Arc<PgStore>,
+        shutdown: CancellationToken,
+        task: JoinHandle<()>,
+    },
+    Process {
+        child: tokio::process::Child,
+        listen: String,
+        client: reqwest::Client,
+    },
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Broker::InProcess { .. } => f.write_str("Broker::InProcess"),
+            Broker::Process { listen, .. } => write!(f, "Broker::Process({listen})"),
+        }
+    }
+}
+
+/// Connections of an in-process broker's pool: one for the loop, one for the schedule seam's
+/// transactions, one for the switch refresh, one spare.
+const POOL_SIZE: u32 = 4;
+
+impl Broker {
+    pub async fn in_process(url: &str, config: Config, identity: &str) -> Result<Broker, String> {
+        let options = connect_options(url, config.statement_timeout(), identity)
+            .map_err(|e| e.to_string())?;
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("broker {identity} cannot connect: {e}"))?;
+        let store = Arc::new(PgStore::from_pool(pool, config.statement_timeout()));
+        let sweeper = Sweeper::new(store.clone(), config, identity);
+        Ok(Broker::InProcess {
+            metrics: sweeper.metrics().clone(),
+            seam: sweeper.seam(),
+            store,
+            shutdown: sweeper.shutdown_token(),
+            task: tokio::spawn(sweeper.run()),
+        })
+    }
+
+    /// Starts `queen-sweeper serve` with `knobs` in its environment and waits for /healthz.
+    pub async fn process(
+        binary: &std::path::Path,
+        url: &str,
+        knobs: &[(String, String)],
+        identity: &str,
+    ) -> Result<Broker, String> {
+        let port = crate::provider::free_loopback_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .args([
+                "serve",
+                "--database-url",
+                url,
+                "--listen",
+                &listen,
+                "--identity",
+                identity,
+                "--no-apply-schema",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for (k, v) in knobs {
+            command.env(k, v);
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let broker = Broker::Process {
+            child,
+            listen: listen.clone(),
+            client,
+        };
+        for _ in 0..500 {
+            if let Broker::Process { client, .. } = &broker
+                && client
+                    .get(format!("http://{listen}/healthz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(broker);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(format!(
+            "broker {identity} ({}) did not answer /healthz within 10 s",
+            binary.display()
+        ))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Broker::Process { child, .. } => child.id(),
+            Broker::InProcess { .. } => None,
+        }
+    }
+
+    pub async fn counters(&self) -> Counters {
+        match self {
+            Broker::InProcess { metrics, .. } => Counters::parse(&metrics.render()),
+            Broker::Process { listen, client, .. } => {
+                match client.get(format!("http://{listen}/metrics")).send().await {
+                    Ok(response) => Counters::parse(&response.text().await.unwrap_or_default()),
+                    Err(_) => Counters::default(),
+                }
+            }
+        }
+    }
+
+    /// Schedules `ops` for `tenant` through this broker's seam (in-process) or its HTTP API,
+    /// and returns each op's promised delivery instant, epoch microseconds (None when refused).
+    pub async fn schedule(
+        &self,
+        tenant: &str,
+        ops: &[TimerOp],
+    ) -> Result<Vec<Option<i64>>, String> {
+        match self {
+            Broker::InProcess { seam, store, .. } => {
+                let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
+                let applied = seam
+                    .apply(&mut tx, tenant, ops, clock::tokio_now())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let promised = applied
+                    .results
+                    .iter()
+                    .map(|r| r.deliver_at.as_deref().and_then(epoch_us))
+                    .collect();
+                seam.commit(tx, applied.wake)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(promised)
+            }
+            Broker::Process { listen, client, .. } => {
+                let body = serde_json::json!({ "ops": ops.iter().map(TimerOp::to_json).collect::<Vec<_>>() });
+                let response = client
+                    .post(format!("http://{listen}/api/v1/timers"))
+                    .header("x-queen-tenant", tenant)
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if !response.status().is_success() {
+                    return Err(format!(
+                        "{}: {}",
+                        response.status(),
+                        response.text().await.unwrap_or_default()
+                    ));
+                }
+                let answer: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
+                Ok(answer["results"]
+                    .as_array()
+                    .map(|results| {
+                        results
+                            .iter()
+                            .map(|r| r["deliverAt"].as_str().and_then(epoch_us))
+                            .collect()
+                    })
+                    .unwrap_or_default())
+            }
+        }
+    }
+
+    /// SIGKILL (process brokers only): no shutdown, no goodbye; its claims wait for their lease.
+    pub fn kill(&mut self) -> Result<(), String> {
+        match self {
+            Broker::Process { child, .. } => child.start_kill().map_err(|e| e.to_string()),
+            Broker::InProcess { .. } => Err("only a broker process can be killed".to_owned()),
+        }
+    }
+
+    /// A clean stop: no new claims, the fire in flight finishes.
+    pub async fn stop(self) {
+        match self {
+            Broker::InProcess { shutdown, task, .. } => {
+                shutdown.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+            }
+            Broker::Process { mut child, .. } => {
+                if let Some(pid) = child.id() {
+                    // SAFETY: signalling a child we spawned and have not reaped.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                    }
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+            }
+        }
+    }
+}
+
+/// An RFC 3339 instant as epoch microseconds.
+pub fn epoch_us(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|at| at.timestamp_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_read_from_the_prometheus_text_of_a_broker() {
+        let metrics = Metrics::new();
+        metrics.query("probe");
+        metrics.query("probe");
+        metrics.query("claim");
+        metrics.empty_claims.inc();
+        metrics.kv_expired_not_pruned.set(17);
+        metrics
+            .timers
+            .get_or_create(&queen_sweeper::metrics::ResultLabel { result: "fired" })
+            .inc_by(5);
+        metrics
+            .segments
+            .get_or_create(&queen_sweeper::metrics::ResultLabel { result: "stale" })
+            .inc_by(2);
+        let counters = Counters::parse(&metrics.render());
+        assert_eq!(counters.fired, 5);
+        assert_eq!(counters.stale_segments, 2);
+        assert_eq!(counters.empty_claims, 1);
+        assert_eq!(counters.expired_not_pruned, 17);
+        assert_eq!(counters.queries.get("probe"), Some(&2));
+        assert_eq!(counters.queries.get("claim"), Some(&1));
+    }
+
+    #[test]
+    fn instants_convert_to_epoch_microseconds() {
+        assert_eq!(epoch_us("1970-01-01T00:00:01.000002Z"), Some(1_000_002));
+        assert_eq!(
+            epoch_us("2026-01-01T00:00:00+00:00"),
+            Some(1_767_225_600_000_000)
+        );
+        assert_eq!(epoch_us("yesterday"), None);
+    }
+}

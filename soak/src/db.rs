@@ -1,0 +1,190 @@
+//! The soak's own use of the server: a fresh database per run (so sizes and counters belong to one
+//! run), and the measurement queries. Its SQL is in `soak/sql/`, like the sweeper's in `sql/`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
+
+/// Measurement queries, one per file.
+pub const EXPECTED_TABLE: &str = include_str!("../sql/expected_table.sql");
+pub const LATENESS: &str = include_str!("../sql/lateness.sql");
+pub const SIZES: &str = include_str!("../sql/sizes.sql");
+pub const MOVE_BATCH: &str = include_str!("../sql/move_batch.sql");
+pub const BACKLOG: &str = include_str!("../sql/backlog.sql");
+
+/// A database of one run, dropped when the run is done.
+#[derive(Debug)]
+pub struct RunDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+    admin: PgConnectOptions,
+}
+
+fn admin_options(server_url: &str) -> Result<PgConnectOptions, String> {
+    PgConnectOptions::from_str(server_url)
+        .map_err(|e| format!("the database URL is not a PostgreSQL URL: {e}"))
+}
+
+/// Replaces the database of a URL.
+pub fn url_for(server_url: &str, database: &str) -> Result<String, String> {
+    Ok(admin_options(server_url)?
+        .database(database)
+        .to_url_lossy()
+        .to_string())
+}
+
+impl RunDb {
+    /// Creates `soak_<label>` on the server and applies `sql/` to it.
+    pub async fn create(server_url: &str, label: &str) -> Result<RunDb, String> {
+        let admin = admin_options(server_url)?;
+        let name = format!("soak_{label}");
+        let mut connection = admin
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to the server: {e}"))?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+        )))
+        .execute(&mut connection)
+        .await
+        .map_err(|e| format!("cannot drop an old {name}: {e}"))?;
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&mut connection)
+            .await
+            .map_err(|e| format!("cannot create {name} (does the user have CREATEDB?): {e}"))?;
+        let _ = connection.close().await;
+        let url = url_for(server_url, &name)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(admin.clone().database(&name))
+            .await
+            .map_err(|e| format!("cannot connect to {name}: {e}"))?;
+        queen_sweeper::schema::apply(&pool)
+            .await
+            .map_err(|e| format!("cannot apply the schema: {e}"))?;
+        sqlx::raw_sql(EXPECTED_TABLE)
+            .execute(&pool)
+            .await
+            .map_err(|e| format!("cannot create the expectation table: {e}"))?;
+        Ok(RunDb {
+            name,
+            url,
+            pool,
+            admin,
+        })
+    }
+
+    /// Drops the run's database.
+    pub async fn drop_now(self) -> Result<(), String> {
+        self.pool.close().await;
+        let mut connection = self.admin.connect().await.map_err(|e| e.to_string())?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+            self.name
+        )))
+        .execute(&mut connection)
+        .await
+        .map_err(|e| format!("cannot drop {}: {e}", self.name))?;
+        Ok(())
+    }
+
+    pub async fn wal_lsn(&self) -> Result<i64, String> {
+        sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    pub async fn sizes(&self) -> Result<Sizes, String> {
+        let row: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(SIZES)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Sizes {
+            timers_bytes: row.0,
+            timers_index_bytes: row.1,
+            kv_bytes: row.2,
+            kv_index_bytes: row.3,
+            messages_bytes: row.4,
+            pending_timers: row.5,
+            timer_hot_updates: row.6,
+        })
+    }
+
+    /// Stores the delivery instants the load generators were promised (txn, deliver_at in epoch
+    /// microseconds), for the lateness join.
+    pub async fn record_expected(
+        &self,
+        txns: &[String],
+        deliver_at_us: &[i64],
+    ) -> Result<(), String> {
+        for (txn, at) in txns.chunks(10_000).zip(deliver_at_us.chunks(10_000)) {
+            sqlx::query("INSERT INTO soak_expected (txn, deliver_at) SELECT t, to_timestamp(d / 1e6) FROM unnest($1::text[], $2::bigint[]) AS u(t, d) ON CONFLICT DO NOTHING")
+                .bind(txn)
+                .bind(at)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| format!("cannot record expectations: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Lateness of every fired timer (ms) with the second of the run it fired in, and the
+    /// number of messages per txn above one (duplicates) and of expected txns never fired.
+    pub async fn lateness(&self, run_start_epoch_s: f64) -> Result<Vec<(f64, f64)>, String> {
+        sqlx::query_as(LATENESS)
+            .bind(run_start_epoch_s)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Inserts `count` timers due `due_in_ms` from now (set-based), recording their promises.
+    pub async fn backlog(
+        &self,
+        count: u32,
+        due_in_ms: i64,
+        payload_bytes: u32,
+        spread: (u32, u32, u32),
+        prefix: &str,
+    ) -> Result<(), String> {
+        sqlx::query(BACKLOG)
+            .bind(i64::from(count))
+            .bind(due_in_ms as f64)
+            .bind(i32::try_from(payload_bytes).unwrap_or(i32::MAX))
+            .bind(i64::from(spread.0.max(1)))
+            .bind(i64::from(spread.1.max(1)))
+            .bind(i64::from(spread.2.max(1)))
+            .bind(prefix)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("cannot insert the backlog: {e}"))
+    }
+
+    pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), String> {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM (SELECT txn FROM queen.log_messages GROUP BY txn HAVING count(*) > 1) d),
+                    (SELECT count(*) FROM soak_expected e WHERE NOT EXISTS (SELECT 1 FROM queen.log_messages m WHERE m.txn = e.txn)),
+                    (SELECT count(*) FROM soak_expected e JOIN queen.log_messages m USING (txn) WHERE m.created_at < e.deliver_at)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Sizes {
+    pub timers_bytes: i64,
+    pub timers_index_bytes: i64,
+    pub kv_bytes: i64,
+    pub kv_index_bytes: i64,
+    pub messages_bytes: i64,
+    pub pending_timers: i64,
+    pub timer_hot_updates: i64,
+}

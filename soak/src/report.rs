@@ -1,0 +1,333 @@
+//! `reports/<date>-<rig>/`: `report.md` (a summary table first, then plots, then the raw JSON
+//! beside it), SVG plots, `blocks.sql`, and the JSON of each part. The page is rebuilt from every
+//! JSON present, so `soak experiments` and `soak bench` may run at different times.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::bench::Bench;
+use crate::experiments::Finding;
+use crate::rig::Rig;
+use crate::run::RunResult;
+
+pub const CANONICAL: &str = "canonical.json";
+pub const EXPERIMENTS: &str = "experiments.json";
+pub const BENCH: &str = "bench.json";
+pub const RIG: &str = "rig.json";
+
+pub fn write_json<T: serde::Serialize>(dir: &Path, file: &str, value: &T) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(dir.join(file), text)
+        .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))
+}
+
+fn read_json<T: for<'de> serde::Deserialize<'de>>(
+    dir: &Path,
+    file: &str,
+) -> Result<Option<T>, String> {
+    match std::fs::read_to_string(dir.join(file)) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", dir.join(file).display())),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The headline numbers of one run, for the terminal.
+pub fn headline(result: &RunResult) -> String {
+    format!(
+        "{}: {:.1} s, fired {} ({:.0}/s), lateness p50 {} ms p99 {} ms max {} ms, stale segments {}, push p50 {} ms p99 {} ms, WAL {:.2} MB/s, duplicates {}, never fired {}, fired early {}",
+        result.workload.label,
+        result.seconds,
+        result.counters.fired,
+        result.fired_per_s,
+        result.lateness_ms.p50,
+        result.lateness_ms.p99,
+        result.lateness_ms.max,
+        result.counters.stale_segments,
+        result.push_latency_ms.p50,
+        result.push_latency_ms.p99,
+        result.wal_bytes_per_s / 1e6,
+        result.duplicates,
+        result.never_fired,
+        result.fired_early
+    )
+}
+
+/// Rebuilds `report.md` and the plots from the JSON in `dir`.
+pub fn rebuild(dir: &Path) -> Result<(), String> {
+    let rig: Option<Rig> = read_json(dir, RIG)?;
+    let canonical: Option<Vec<RunResult>> = read_json(dir, CANONICAL)?;
+    let findings: Option<Vec<Finding>> = read_json(dir, EXPERIMENTS)?;
+    let bench: Option<Bench> = read_json(dir, BENCH)?;
+    let mut page = String::new();
+    let _ = writeln!(
+        page,
+        "# Soak report: {}\n",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("soak")
+    );
+    if let Some(rig) = &rig {
+        let _ = writeln!(page, "Rig: {}.\n", rig.describe());
+    }
+    if let Some(findings) = &findings {
+        findings_table(&mut page, findings);
+    }
+    if let Some(bench) = &bench {
+        bench_table(&mut page, bench);
+    }
+    if let Some(runs) = &canonical {
+        canonical_section(&mut page, dir, runs)?;
+    }
+    if let Some(findings) = &findings {
+        experiment_plots(&mut page, dir, findings)?;
+    }
+    let _ = writeln!(page, "## Raw data\n");
+    for file in [RIG, CANONICAL, EXPERIMENTS, BENCH, "blocks.sql"] {
+        if dir.join(file).exists() {
+            let _ = writeln!(page, "- [`{file}`]({file})");
+        }
+    }
+    std::fs::write(dir.join("report.md"), page).map_err(|e| e.to_string())
+}
+
+fn findings_table(page: &mut String, findings: &[Finding]) {
+    let _ = writeln!(page, "## Settings\n");
+    let _ = writeln!(
+        page,
+        "| setting | shipped | edge of the symptom | shipped is safe | measured on | observed |"
+    );
+    let _ = writeln!(page, "|---|---|---|---|---|---|");
+    for f in findings {
+        let _ = writeln!(
+            page,
+            "| `{}` | {} | {} | {} | {} | {} |",
+            f.setting,
+            f.shipped,
+            f.threshold
+                .map_or("none found in the sweep".to_owned(), |t| t.to_string()),
+            if f.shipped_ok { "yes" } else { "**no**" },
+            f.load,
+            f.observed
+        );
+    }
+    let _ = writeln!(page);
+}
+
+fn bench_table(page: &mut String, bench: &Bench) {
+    let _ = writeln!(page, "## Bench: against the physical limit\n");
+    let _ = writeln!(
+        page,
+        "The limit: {} timers ({} B payloads) moved into the log by one set-based statement per batch of 200 on one connection: **{:.0} timers/s**.\n",
+        bench.backlog, bench.payload_bytes, bench.limit_per_s
+    );
+    let _ = writeln!(
+        page,
+        "| brokers | sweeper drain rate (timers/s) | share of the limit | target |"
+    );
+    let _ = writeln!(page, "|---|---|---|---|");
+    for (brokers, rate, share) in &bench.sweeper_per_s {
+        let _ = writeln!(
+            page,
+            "| {brokers} | {rate:.0} | {share}% | {} |",
+            if *share >= 70.0 {
+                "met (≥ 70%)"
+            } else {
+                "**missed** (< 70%)"
+            }
+        );
+    }
+    let _ = writeln!(
+        page,
+        "\n| pending timers | probe p50 ms | probe p99 ms | probe max ms |"
+    );
+    let _ = writeln!(page, "|---|---|---|---|");
+    for (pending, spread) in &bench.probe_ms {
+        let _ = writeln!(
+            page,
+            "| {pending} | {} | {} | {} |",
+            spread.p50, spread.p99, spread.max
+        );
+    }
+    if !bench.peak_rss_kib.is_empty() {
+        let _ = writeln!(page, "\n| due backlog | broker process peak RSS | target |");
+        let _ = writeln!(page, "|---|---|---|");
+        for (backlog, kib) in &bench.peak_rss_kib {
+            let mib = *kib as f64 / 1024.0;
+            let _ = writeln!(
+                page,
+                "| {backlog} | {mib:.1} MiB | {} |",
+                if mib < 64.0 {
+                    "met (< 64 MiB)"
+                } else {
+                    "**missed**"
+                }
+            );
+        }
+    }
+    let calls: Vec<String> = bench
+        .idle_calls_per_s
+        .iter()
+        .map(|(k, v)| format!("{k} {v}/s"))
+        .collect();
+    let _ = writeln!(
+        page,
+        "\nIdle cost of one broker with nothing due: {}.\n",
+        calls.join(", ")
+    );
+}
+
+/// A chart: file suffix, title, and the value it plots per second.
+type Chart = (&'static str, &'static str, fn(&crate::run::Sample) -> f64);
+
+fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Result<(), String> {
+    let _ = writeln!(page, "## Canonical workload\n");
+    let _ = writeln!(
+        page,
+        "| run | load | fired/s | lateness p50 / p99 / max ms | stale segments | push p50 / p99 ms | WAL MB/s | duplicates / never fired / early |"
+    );
+    let _ = writeln!(page, "|---|---|---|---|---|---|---|---|");
+    for r in runs {
+        let _ = writeln!(
+            page,
+            "| {} | {} | {:.0} | {} / {} / {} | {} | {} / {} | {:.2} | {} / {} / {} |",
+            r.workload.label,
+            r.workload.describe(),
+            r.fired_per_s,
+            r.lateness_ms.p50,
+            r.lateness_ms.p99,
+            r.lateness_ms.max,
+            r.counters.stale_segments,
+            r.push_latency_ms.p50,
+            r.push_latency_ms.p99,
+            r.wal_bytes_per_s / 1e6,
+            r.duplicates,
+            r.never_fired,
+            r.fired_early
+        );
+    }
+    let _ = writeln!(page);
+    let charts: [Chart; 6] = [
+        ("lateness", "fire lateness p99 (ms)", |s| s.lateness_p99_ms),
+        ("fired", "timers fired per second", |s| s.fired_per_s),
+        ("stale", "stale segments per second", |s| {
+            s.stale_segments as f64
+        }),
+        ("push-p99", "push p99 (ms)", |s| s.push_p99_ms),
+        ("table-size", "log_timers + kv bytes", |s| {
+            (s.timers_bytes + s.kv_bytes) as f64
+        }),
+        ("expired-not-pruned", "expired KV rows not pruned", |s| {
+            s.expired_not_pruned as f64
+        }),
+    ];
+    for (name, title, metric) in charts {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = runs
+            .iter()
+            .map(|r| {
+                (
+                    r.workload.label.clone(),
+                    r.series.iter().map(|s| (s.t_s as f64, metric(s))).collect(),
+                )
+            })
+            .collect();
+        let file = format!("canonical-{name}.svg");
+        line_chart(&dir.join(&file), title, &lines)?;
+        let _ = writeln!(page, "![{title}]({file})\n");
+    }
+    Ok(())
+}
+
+fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), String> {
+    let _ = writeln!(page, "## Experiments over time\n");
+    for f in findings
+        .iter()
+        .filter(|f| f.points.iter().any(|p| p.result.is_some()))
+    {
+        let metric: fn(&crate::run::Sample) -> f64 = match f.setting.as_str() {
+            s if s.starts_with("QUEEN_KV_EXPIRE") => |s| s.expired_not_pruned as f64,
+            "QUEEN_SWEEPER_MAX_FIRE_BYTES" => |s| s.push_p99_ms,
+            "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS" => |s| s.probe_claim_per_s,
+            "QUEEN_SWEEPER_LEASE_MS" => |s| s.stale_segments as f64,
+            _ => |s| s.fired_per_s,
+        };
+        let lines: Vec<(String, Vec<(f64, f64)>)> = f
+            .points
+            .iter()
+            .filter_map(|p| {
+                p.result.as_ref().map(|r| {
+                    (
+                        format!("{}", p.value),
+                        r.series.iter().map(|s| (s.t_s as f64, metric(s))).collect(),
+                    )
+                })
+            })
+            .collect();
+        let file = format!(
+            "experiment-{}.svg",
+            f.setting.to_lowercase().replace(' ', "-")
+        );
+        line_chart(&dir.join(&file), &f.setting, &lines)?;
+        let _ = writeln!(
+            page,
+            "### `{}`\n\n{}\n\n![{}]({file})\n",
+            f.setting, f.observed, f.setting
+        );
+    }
+    Ok(())
+}
+
+fn line_chart(path: &Path, title: &str, lines: &[(String, Vec<(f64, f64)>)]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let x_max = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .fold(1.0, f64::max);
+    let y_max = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 380)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let palette = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(255, 127, 14),
+        RGBColor(140, 86, 75),
+    ];
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.9))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

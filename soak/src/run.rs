@@ -1,0 +1,767 @@
+//! One soak run: a fresh database, N brokers, the loads, a sampler every second with progress on
+//! stderr, then the measurements. Every loop is bounded in count and in time and stops by itself.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use queen_sweeper::clock;
+use queen_sweeper::config::Config;
+use queen_sweeper::timers::{Payload, TimerOp};
+use serde::Serialize;
+use sqlx::Connection;
+
+use crate::brokers::{Broker, Counters};
+use crate::db::{RunDb, Sizes};
+
+/// What a run puts on the database.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Workload {
+    pub label: String,
+    pub brokers: u32,
+    /// Brokers as `queen-sweeper serve` processes instead of in this process.
+    pub broker_processes: bool,
+    /// SIGKILL one broker process this many seconds in.
+    pub kill_one_at_s: Option<u64>,
+    /// Sweeper knobs (environment variables) for every broker.
+    pub knobs: Vec<(String, String)>,
+    pub seconds: u64,
+    /// After the load stops, how long the brokers get to fire what is due.
+    pub drain_limit_s: u64,
+    pub timers_per_s: u32,
+    pub timer_delay_ms: (u64, u64),
+    pub payload_bytes: u32,
+    pub tenants: u32,
+    pub queues: u32,
+    pub partitions: u32,
+    /// Timers already due when the brokers start.
+    pub backlog: u32,
+    /// Timers due far in the future, present for the whole run.
+    pub pending_future: u32,
+    pub pushers: u32,
+    pub pushes_per_s_each: u32,
+    pub push_batch: u32,
+    pub push_payload_bytes: u32,
+    pub kv_per_s: u32,
+    pub kv_ttl_ms: (u64, u64),
+    pub kv_keys: u32,
+    /// `fillfactor` of queen.log_timers and queen.kv for this run, if not the schema's.
+    pub fillfactor: Option<u32>,
+    /// Schedule with plain SQL (as another broker would: no local wake) instead of the seams.
+    pub schedule_without_wake: bool,
+    /// Instead of a steady stream: every `burst_every_s` seconds, `timers_per_s × burst_every_s`
+    /// timers in one call, all due `timer_delay_ms.0` later.
+    pub burst_every_s: Option<u64>,
+}
+
+impl Workload {
+    /// A modest mixed load: 3 brokers, 300 timers/s due 0-2 s ahead, 4 pushers, KV churn.
+    pub fn canonical(seconds: u64) -> Workload {
+        Workload {
+            label: "canonical".into(),
+            brokers: 3,
+            broker_processes: false,
+            kill_one_at_s: None,
+            knobs: Vec::new(),
+            seconds,
+            drain_limit_s: 20,
+            timers_per_s: 300,
+            timer_delay_ms: (0, 2_000),
+            payload_bytes: 512,
+            tenants: 3,
+            queues: 4,
+            partitions: 8,
+            backlog: 0,
+            pending_future: 0,
+            pushers: 4,
+            pushes_per_s_each: 50,
+            push_batch: 10,
+            push_payload_bytes: 512,
+            kv_per_s: 100,
+            kv_ttl_ms: (500, 5_000),
+            kv_keys: 2_000,
+            fillfactor: None,
+            schedule_without_wake: false,
+            burst_every_s: None,
+        }
+    }
+
+    pub fn config(&self) -> Result<Config, String> {
+        Config::from_vars(self.knobs.clone()).map_err(|e| format!("{}: {e}", self.label))
+    }
+
+    /// A workload with nothing in it, to be filled by an experiment.
+    pub fn quiet(label: &str, seconds: u64) -> Workload {
+        Workload {
+            label: label.to_owned(),
+            timers_per_s: 0,
+            pushers: 0,
+            kv_per_s: 0,
+            ..Workload::canonical(seconds)
+        }
+    }
+
+    pub fn knob(mut self, name: &str, value: u64) -> Workload {
+        self.knobs.retain(|(k, _)| k != name);
+        self.knobs.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// One line for reports and dated blocks: brokers and load.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!(
+            "{} broker{}",
+            self.brokers,
+            if self.brokers == 1 { "" } else { "s" }
+        )];
+        if self.backlog > 0 {
+            parts.push(format!("a backlog of {} timers", self.backlog));
+        }
+        if self.timers_per_s > 0 {
+            let shape = match self.burst_every_s {
+                Some(every) => format!(
+                    "{} timers every {every} s in one burst",
+                    u64::from(self.timers_per_s) * every
+                ),
+                None => format!("{} timers/s", self.timers_per_s),
+            };
+            parts.push(shape);
+        }
+        if self.backlog > 0 || self.timers_per_s > 0 {
+            parts.push(format!("{} B payloads", self.payload_bytes));
+        }
+        if self.pushers > 0 {
+            parts.push(format!(
+                "{} pushers × {}/s × {} messages of {} B",
+                self.pushers, self.pushes_per_s_each, self.push_batch, self.push_payload_bytes
+            ));
+        }
+        if self.kv_per_s > 0 {
+            parts.push(format!(
+                "{} KV puts/s, TTL {}-{} ms",
+                self.kv_per_s, self.kv_ttl_ms.0, self.kv_ttl_ms.1
+            ));
+        }
+        if !self.knobs.is_empty() {
+            let knobs: Vec<String> = self.knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            parts.push(knobs.join(" "));
+        }
+        parts.join(", ")
+    }
+}
+
+impl RunResult {
+    /// Timers fired per second over the seconds in which anything fired (the drain rate of a
+    /// backlog, not diluted by idle seconds).
+    pub fn busy_fired_per_s(&self) -> f64 {
+        let busy = self
+            .series
+            .iter()
+            .filter(|s| s.fired_per_s > 0.0)
+            .count()
+            .max(1);
+        (self.counters.fired as f64 / busy as f64 * 10.0).round() / 10.0
+    }
+
+    /// How fast the expired-but-present KV rows grew over the second half of the run (rows/s).
+    pub fn expired_not_pruned_growth(&self) -> f64 {
+        let half = self.series.len() / 2;
+        match (self.series.get(half), self.series.last()) {
+            (Some(a), Some(b)) if b.t_s > a.t_s => {
+                ((b.expired_not_pruned - a.expired_not_pruned) as f64 / (b.t_s - a.t_s) as f64
+                    * 10.0)
+                    .round()
+                    / 10.0
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct Spread {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(histogram: &Histogram<u64>, scale: f64) -> Spread {
+        if histogram.is_empty() {
+            return Spread::default();
+        }
+        let at = |q: f64| (histogram.value_at_quantile(q) as f64 / scale * 10.0).round() / 10.0;
+        Spread {
+            count: histogram.len(),
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: (histogram.max() as f64 / scale * 10.0).round() / 10.0,
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+/// One second of a run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct Sample {
+    pub t_s: u64,
+    pub fired_per_s: f64,
+    pub stale_segments: u64,
+    pub empty_claims_per_s: f64,
+    pub probe_claim_per_s: f64,
+    pub wal_bytes_per_s: f64,
+    pub push_p99_ms: f64,
+    pub pushes_per_s: f64,
+    pub lateness_p99_ms: f64,
+    pub timers_bytes: i64,
+    pub kv_bytes: i64,
+    pub pending_timers: i64,
+    pub expired_not_pruned: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunResult {
+    pub workload: Workload,
+    pub seconds: f64,
+    pub counters: Counters,
+    pub fired_per_s: f64,
+    pub lateness_ms: Spread,
+    pub push_latency_ms: Spread,
+    pub wal_bytes_per_s: f64,
+    /// Calls per second per broker, by kind.
+    pub queries_per_s_per_broker: BTreeMap<String, f64>,
+    pub sizes_end: Sizes,
+    pub duplicates: i64,
+    pub never_fired: i64,
+    pub fired_early: i64,
+    /// Peak resident KiB of broker processes (process mode).
+    pub broker_peak_rss_kib: Option<u64>,
+    pub series: Vec<Sample>,
+}
+
+/// What the load generators share with the sampler.
+#[derive(Debug, Default)]
+struct Shared {
+    promised_txns: Vec<String>,
+    promised_at_us: Vec<i64>,
+    schedule_failures: u64,
+    push_latency_us: Option<Histogram<u64>>,
+    push_second: Option<Histogram<u64>>,
+    pushes_total: u64,
+    stop: bool,
+}
+
+#[derive(Debug)]
+pub struct Run<'a> {
+    pub server_url: &'a str,
+    pub sweeper_binary: Option<&'a std::path::Path>,
+    pub quiet: bool,
+}
+
+impl Run<'_> {
+    /// Runs `workload` on a fresh database, and drops the database afterwards.
+    pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, String> {
+        let db = RunDb::create(self.server_url, db_label).await?;
+        let result = self.on(&db, workload).await;
+        db.drop_now().await?;
+        result
+    }
+
+    async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, String> {
+        let config = w.config()?;
+        if let Some(fillfactor) = w.fillfactor {
+            for table in ["queen.log_timers", "queen.kv"] {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "ALTER TABLE {table} SET (fillfactor = {fillfactor})"
+                )))
+                .execute(&db.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        if w.pending_future > 0 {
+            db.backlog(
+                w.pending_future,
+                7 * 24 * 3_600_000,
+                w.payload_bytes,
+                (w.tenants, w.queues, w.partitions),
+                "future",
+            )
+            .await?;
+            sqlx::query("DELETE FROM soak_expected WHERE txn LIKE 'future-%'")
+                .execute(&db.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if w.backlog > 0 {
+            db.backlog(
+                w.backlog,
+                -1,
+                w.payload_bytes,
+                (w.tenants, w.queues, w.partitions),
+                "backlog",
+            )
+            .await?;
+        }
+        sqlx::query("ANALYZE")
+            .execute(&db.pool)
+            .await
+            .map_err(|e| e.to_string())?;
+
+        let mut brokers = Vec::new();
+        for i in 1..=w.brokers {
+            let identity = format!("soak-broker-{i}");
+            brokers.push(match (w.broker_processes, self.sweeper_binary) {
+                (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
+                (true, None) => return Err("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-sweeper)".into()),
+                (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
+            });
+        }
+        let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
+        let shared = Arc::new(Mutex::new(Shared {
+            push_latency_us: Some(histogram()),
+            push_second: Some(histogram()),
+            ..Shared::default()
+        }));
+        let started = clock::monotonic_now();
+        let start_epoch_s = clock::wall_since_epoch().as_secs_f64();
+
+        let mut tasks = Vec::new();
+        if w.timers_per_s > 0 {
+            tasks.push(tokio::spawn(schedule_load(
+                w.clone(),
+                db.url.clone(),
+                brokers.clone(),
+                shared.clone(),
+            )));
+        }
+        for p in 0..w.pushers {
+            tasks.push(tokio::spawn(push_load(
+                db.url.clone(),
+                w.clone(),
+                p,
+                shared.clone(),
+            )));
+        }
+        if w.kv_per_s > 0 {
+            tasks.push(tokio::spawn(kv_load(
+                db.url.clone(),
+                w.clone(),
+                shared.clone(),
+            )));
+        }
+        let series = self.sample(db, w, &brokers, &shared, started).await?;
+        shared.lock().expect("not poisoned").stop = true;
+        for task in tasks {
+            task.await
+                .map_err(|e| format!("a load task panicked: {e}"))??;
+        }
+        self.drain(db, w, &brokers).await?;
+        let seconds = (clock::monotonic_now() - started).as_secs_f64();
+
+        let mut counters = Counters::default();
+        let mut peak_rss = None;
+        for broker in brokers.read().await.iter() {
+            counters.add(&broker.counters().await);
+            if let Some((_, peak)) = broker.pid().and_then(crate::rig::rss_kib) {
+                peak_rss = Some(peak_rss.unwrap_or(0).max(peak));
+            }
+        }
+        for broker in std::mem::take(&mut *brokers.write().await) {
+            broker.stop().await;
+        }
+        let (txns, ats, push_latency) = {
+            let mut s = shared.lock().expect("not poisoned");
+            (
+                std::mem::take(&mut s.promised_txns),
+                std::mem::take(&mut s.promised_at_us),
+                s.push_latency_us.take().expect("set"),
+            )
+        };
+        db.record_expected(&txns, &ats).await?;
+        self.finish(
+            db,
+            w,
+            counters,
+            push_latency,
+            series,
+            seconds,
+            start_epoch_s,
+            peak_rss,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        db: &RunDb,
+        w: &Workload,
+        counters: Counters,
+        push_latency: Histogram<u64>,
+        mut series: Vec<Sample>,
+        seconds: f64,
+        start_epoch_s: f64,
+        broker_peak_rss_kib: Option<u64>,
+    ) -> Result<RunResult, String> {
+        let late = db.lateness(start_epoch_s).await?;
+        let mut overall = histogram();
+        let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
+        for (second, ms) in &late {
+            let micros = (ms.max(0.0) * 1000.0) as u64 + 1;
+            overall.saturating_record(micros);
+            by_second
+                .entry(second.max(0.0) as u64)
+                .or_insert_with(histogram)
+                .saturating_record(micros);
+        }
+        for sample in &mut series {
+            if let Some(h) = by_second.get(&sample.t_s) {
+                sample.lateness_p99_ms = Spread::of(h, 1000.0).p99;
+            }
+        }
+        let (duplicates, never_fired, fired_early) = db.delivery_faults().await?;
+        let wal: f64 =
+            series.iter().map(|s| s.wal_bytes_per_s).sum::<f64>() / series.len().max(1) as f64;
+        let queries_per_s_per_broker = counters
+            .queries
+            .iter()
+            .map(|(kind, n)| {
+                (
+                    kind.clone(),
+                    (*n as f64 / seconds.max(1e-9) / f64::from(w.brokers.max(1)) * 100.0).round()
+                        / 100.0,
+                )
+            })
+            .collect();
+        Ok(RunResult {
+            workload: w.clone(),
+            seconds: (seconds * 10.0).round() / 10.0,
+            fired_per_s: (counters.fired as f64 / seconds.max(1e-9) * 10.0).round() / 10.0,
+            counters,
+            lateness_ms: Spread::of(&overall, 1000.0),
+            push_latency_ms: Spread::of(&push_latency, 1000.0),
+            wal_bytes_per_s: wal.round(),
+            queries_per_s_per_broker,
+            sizes_end: db.sizes().await?,
+            duplicates,
+            never_fired,
+            fired_early,
+            broker_peak_rss_kib,
+            series,
+        })
+    }
+
+    /// Samples once a second for the run's length; prints progress every five seconds; kills
+    /// a broker when asked to.
+    async fn sample(
+        &self,
+        db: &RunDb,
+        w: &Workload,
+        brokers: &tokio::sync::RwLock<Vec<Broker>>,
+        shared: &Mutex<Shared>,
+        started: std::time::Instant,
+    ) -> Result<Vec<Sample>, String> {
+        let mut series = Vec::with_capacity(w.seconds as usize);
+        let mut last_lsn = db.wal_lsn().await?;
+        let mut last = Counters::default();
+        let mut last_pushes = 0;
+        for t in 1..=w.seconds {
+            let due = started + Duration::from_secs(t);
+            tokio::time::sleep(due.saturating_duration_since(clock::monotonic_now())).await;
+            if w.kill_one_at_s == Some(t)
+                && let Some(victim) = brokers.write().await.first_mut()
+            {
+                victim.kill()?;
+                eprintln!("soak: t={t}s SIGKILL to broker 1");
+            }
+            let mut now = Counters::default();
+            for broker in brokers.read().await.iter() {
+                now.add(&broker.counters().await);
+            }
+            let lsn = db.wal_lsn().await?;
+            let sizes = db.sizes().await?;
+            let (push_p99, pushes) = {
+                let mut s = shared.lock().expect("not poisoned");
+                let second = s.push_second.replace(histogram()).expect("set");
+                (Spread::of(&second, 1000.0).p99, s.pushes_total)
+            };
+            let calls = |c: &Counters| {
+                c.queries.get("probe").copied().unwrap_or(0)
+                    + c.queries.get("claim").copied().unwrap_or(0)
+            };
+            let sample = Sample {
+                t_s: t,
+                fired_per_s: now.fired.saturating_sub(last.fired) as f64,
+                stale_segments: now.stale_segments.saturating_sub(last.stale_segments),
+                empty_claims_per_s: now.empty_claims.saturating_sub(last.empty_claims) as f64,
+                probe_claim_per_s: calls(&now).saturating_sub(calls(&last)) as f64,
+                wal_bytes_per_s: (lsn - last_lsn) as f64,
+                push_p99_ms: push_p99,
+                pushes_per_s: pushes.saturating_sub(last_pushes) as f64,
+                lateness_p99_ms: 0.0,
+                timers_bytes: sizes.timers_bytes + sizes.timers_index_bytes,
+                kv_bytes: sizes.kv_bytes + sizes.kv_index_bytes,
+                pending_timers: sizes.pending_timers,
+                expired_not_pruned: now.expired_not_pruned,
+            };
+            if !self.quiet && t % 5 == 0 {
+                eprintln!(
+                    "soak: {} t={t}s/{}s fired {} ({:.0}/s) stale segments {} push p99 {:.1} ms WAL {:.1} MB/s pending {} expired-not-pruned {}",
+                    w.label,
+                    w.seconds,
+                    now.fired,
+                    sample.fired_per_s,
+                    now.stale_segments,
+                    sample.push_p99_ms,
+                    sample.wal_bytes_per_s / 1e6,
+                    sample.pending_timers,
+                    sample.expired_not_pruned
+                );
+            }
+            last_lsn = lsn;
+            last = now;
+            last_pushes = pushes;
+            series.push(sample);
+        }
+        Ok(series)
+    }
+
+    /// After the load: waits (bounded) until nothing due is left unfired.
+    async fn drain(
+        &self,
+        db: &RunDb,
+        w: &Workload,
+        brokers: &tokio::sync::RwLock<Vec<Broker>>,
+    ) -> Result<(), String> {
+        if brokers.read().await.is_empty() {
+            return Ok(());
+        }
+        let polls = w.drain_limit_s * 10;
+        for _ in 0..polls {
+            let probe: serde_json::Value = sqlx::query_scalar(
+                "SELECT queen.log_timers_due_v1(ARRAY(SELECT generate_series(0, 63)), now(), 1)",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .map_err(|e| e.to_string())?;
+            let due = probe["due"].as_i64().unwrap_or(0);
+            let next = probe["nextInMs"].as_i64();
+            if due == 0 && next.is_none_or(|n| n > 60_000) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "soak: {}: timers still due after the {} s drain limit",
+            w.label, w.drain_limit_s
+        );
+        Ok(())
+    }
+}
+
+/// Schedules `timers_per_s` through the brokers' seams in round robin, a call every 10 ms (or
+/// by plain SQL, ringing no wake, when the workload says so).
+async fn schedule_load(
+    w: Workload,
+    url: String,
+    brokers: Arc<tokio::sync::RwLock<Vec<Broker>>>,
+    shared: Arc<Mutex<Shared>>,
+) -> Result<(), String> {
+    let sql = if w.schedule_without_wake {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .map_err(|e| e.to_string())?;
+        Some(queen_sweeper::store::pg::PgStore::from_pool(
+            pool,
+            Duration::from_secs(5),
+        ))
+    } else {
+        None
+    };
+    let ticks = w.seconds * 100;
+    let per_tick = f64::from(w.timers_per_s) / 100.0;
+    let started = clock::monotonic_now();
+    let mut owed = 0.0;
+    let mut sequence: u64 = 0;
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for tick in 0..ticks {
+        if shared.lock().expect("not poisoned").stop {
+            break;
+        }
+        let count = match w.burst_every_s {
+            Some(every) if tick % (every.max(1) * 100) == 0 => {
+                u64::from(w.timers_per_s) * every.max(1)
+            }
+            Some(_) => 0,
+            None => {
+                owed += per_tick;
+                let count = owed.floor() as u64;
+                owed -= count as f64;
+                count
+            }
+        };
+        if count > 0 {
+            let tenant = format!("t{}", tick % u64::from(w.tenants.max(1)));
+            let mut txns = Vec::with_capacity(count as usize);
+            let ops: Vec<TimerOp> = (0..count)
+                .map(|_| {
+                    sequence += 1;
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let span = if w.burst_every_s.is_some() {
+                        1
+                    } else {
+                        w.timer_delay_ms.1.saturating_sub(w.timer_delay_ms.0) + 1
+                    };
+                    let txn = format!("s{sequence}");
+                    txns.push(txn.clone());
+                    TimerOp::Schedule {
+                        queue: format!("q{}", sequence % u64::from(w.queues.max(1))),
+                        timer_key: txn.clone(),
+                        delay_ms: (w.timer_delay_ms.0 + (state >> 33) % span) as i64,
+                        payload: Payload::Bytes(vec![b'x'; w.payload_bytes as usize]),
+                        partition: Some(format!("p{}", sequence % u64::from(w.partitions.max(1)))),
+                        txn: Some(txn),
+                    }
+                })
+                .collect();
+            let answer = match &sql {
+                Some(store) => schedule_by_sql(store, &tenant, &ops).await,
+                None => {
+                    let brokers = brokers.read().await;
+                    let live = brokers.len().max(1);
+                    match brokers.get((tick as usize) % live) {
+                        Some(broker) => broker.schedule(&tenant, &ops).await,
+                        None => Err("no broker".into()),
+                    }
+                }
+            };
+            let mut s = shared.lock().expect("not poisoned");
+            match answer {
+                Ok(promised) => {
+                    for (txn, at) in txns.into_iter().zip(promised) {
+                        if let Some(at) = at {
+                            s.promised_txns.push(txn);
+                            s.promised_at_us.push(at);
+                        }
+                    }
+                }
+                Err(_) => s.schedule_failures += 1,
+            }
+        }
+        let next = started + Duration::from_millis(10 * (tick + 1));
+        tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
+    }
+    Ok(())
+}
+
+/// Applies `ops` in a transaction of its own and commits, with no seam: nothing is rung.
+async fn schedule_by_sql(
+    store: &queen_sweeper::store::pg::PgStore,
+    tenant: &str,
+    ops: &[TimerOp],
+) -> Result<Vec<Option<i64>>, String> {
+    use queen_sweeper::store::TimerTx as _;
+    let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
+    let results = tx.apply(tenant, ops).await.map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())?;
+    Ok(results
+        .iter()
+        .map(|r| r.deliver_at.as_deref().and_then(crate::brokers::epoch_us))
+        .collect())
+}
+
+/// One producer on its own connection, pushing batches at its rate, timing each push.
+async fn push_load(
+    url: String,
+    w: Workload,
+    index: u32,
+    shared: Arc<Mutex<Shared>>,
+) -> Result<(), String> {
+    let mut connection = sqlx::PgConnection::connect(&url)
+        .await
+        .map_err(|e| format!("pusher {index}: {e}"))?;
+    let pushes = w.seconds * u64::from(w.pushes_per_s_each);
+    let gap = Duration::from_micros(1_000_000 / u64::from(w.pushes_per_s_each.max(1)));
+    let payloads: Vec<Vec<u8>> = (0..w.push_batch)
+        .map(|_| vec![b'p'; w.push_payload_bytes as usize])
+        .collect();
+    let started = clock::monotonic_now();
+    for n in 0..pushes {
+        if shared.lock().expect("not poisoned").stop {
+            break;
+        }
+        let partition = format!(
+            "p{}",
+            (n + u64::from(index)) % u64::from(w.partitions.max(1))
+        );
+        let queue = format!("q{}", n % u64::from(w.queues.max(1)));
+        let tenant = format!("t{}", n % u64::from(w.tenants.max(1)));
+        let before = clock::monotonic_now();
+        sqlx::query("SELECT count(*) FROM queen.log_push_v1($1, $2, $3, $4, NULL, now())")
+            .bind(&tenant)
+            .bind(&queue)
+            .bind(&partition)
+            .bind(&payloads)
+            .execute(&mut connection)
+            .await
+            .map_err(|e| format!("pusher {index}: {e}"))?;
+        let micros = (clock::monotonic_now() - before).as_micros() as u64;
+        {
+            let mut s = shared.lock().expect("not poisoned");
+            s.pushes_total += 1;
+            if let Some(h) = s.push_latency_us.as_mut() {
+                h.saturating_record(micros.max(1));
+            }
+            if let Some(h) = s.push_second.as_mut() {
+                h.saturating_record(micros.max(1));
+            }
+        }
+        let next = started + gap * (n as u32 + 1);
+        tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
+    }
+    Ok(())
+}
+
+/// KV writes with TTLs at `kv_per_s`, over `kv_keys` keys.
+async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result<(), String> {
+    let mut connection = sqlx::PgConnection::connect(&url)
+        .await
+        .map_err(|e| format!("kv load: {e}"))?;
+    let puts = w.seconds * u64::from(w.kv_per_s);
+    let gap = Duration::from_micros(1_000_000 / u64::from(w.kv_per_s.max(1)));
+    let started = clock::monotonic_now();
+    let mut state: u64 = 7;
+    for n in 0..puts {
+        if shared.lock().expect("not poisoned").stop {
+            break;
+        }
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let ttl = w.kv_ttl_ms.0 + (state >> 33) % (w.kv_ttl_ms.1.saturating_sub(w.kv_ttl_ms.0) + 1);
+        sqlx::query("SELECT queen.kv_put_v1('t0', 'soak', $1, '{\"v\": 1}', $2, now())")
+            .bind(format!(
+                "key-{}",
+                (state >> 17) % u64::from(w.kv_keys.max(1))
+            ))
+            .bind(ttl as i64)
+            .execute(&mut connection)
+            .await
+            .map_err(|e| format!("kv load: {e}"))?;
+        let next = started + gap * (n as u32 + 1);
+        tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
+    }
+    Ok(())
+}
