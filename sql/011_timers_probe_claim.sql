@@ -81,19 +81,35 @@ $$;
 -- CLAIM: takes up to p_max_rows due rows nobody holds, sets claimed_until = p_now + lease and a
 -- fresh random claim_token per row, and returns them ordered by their pre-claim visible_at.
 --
+-- Fairness round (p_fair_tenants > 0, the first claim of a broker's pass): before anything else,
+-- one due row from each of up to p_fair_tenants tenants, visiting tenants in primary-key order
+-- after p_fair_after (wrapping around). A tenant's row is looked for among the first
+-- fair_peek_rows of its primary-key range, so the round costs a bounded number of reads whatever
+-- the backlog: one seek per tenant for the loose scan, at most fair_peek_rows rows per tenant.
+-- With it, a tenant with a huge backlog cannot starve another tenant's single due timer for more
+-- than one pass (the index alone orders by visibility across tenants). These rows come back
+-- with fair_rank 1, 2, ... in visiting order, and every row carries fair_next, the last tenant the
+-- round visited: the caller's next round starts after it.
+--
 -- Shards are visited in the caller's order in rounds. A round takes at most its fair share of the
 -- remaining budget from each shard, so one claim spreads over all shards instead of emptying the
 -- caller's starting shard first; later rounds revisit only shards that filled their share. A round
 -- that takes nothing ends the claim, so the number of rounds is bounded by p_max_rows.
 --
--- p_per_tenant caps the rows one tenant can take in one claim. It is applied inside each shard's
--- fetch, so a capped tenant's rows are passed over, not claimed.
+-- p_per_tenant caps the rows one tenant can take in one claim. It is applied to each round's
+-- rows; rows over the cap are left unclaimed.
+
+-- The signature without the fairness round, from before it existed.
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v1(integer[], timestamptz, integer, integer, integer);
+
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     p_shards integer[],
     p_now timestamptz,
     p_lease_ms integer,
     p_max_rows integer,
-    p_per_tenant integer
+    p_per_tenant integer,
+    p_fair_tenants integer DEFAULT 0,
+    p_fair_after text DEFAULT NULL
 ) RETURNS TABLE (
     tenant_id text,
     queue text,
@@ -106,7 +122,9 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     payload bytea,
     attempts integer,
     claim_token uuid,
-    late_ms bigint
+    late_ms bigint,
+    fair_rank integer,
+    fair_next text
 )
 LANGUAGE plpgsql
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
@@ -136,12 +154,69 @@ DECLARE
     v_queues text[] := '{}';
     v_keys text[] := '{}';
     v_pre_visible timestamptz[] := '{}';
+    v_fair_ranks integer[] := '{}';
+    v_fair_list text[];
+    -- [not measured] fair_peek_rows = 64: rows of a tenant's key range the fairness round reads.
+    c_fair_peek constant integer := 64;
 BEGIN
     PERFORM queen.shards_check_v1('log_timers_claim_v1', p_shards);
     IF p_now IS NULL OR p_lease_ms IS NULL OR p_lease_ms <= 0
        OR p_max_rows IS NULL OR p_max_rows <= 0 OR p_per_tenant IS NULL OR p_per_tenant <= 0 THEN
         RAISE EXCEPTION 'log_timers_claim_v1: now must be given and lease_ms, max_rows, per_tenant must be > 0 (got %, %, %, %)',
             p_now, p_lease_ms, p_max_rows, p_per_tenant USING ERRCODE = '22023';
+    END IF;
+    IF p_fair_tenants IS NULL OR p_fair_tenants < 0 THEN
+        RAISE EXCEPTION 'log_timers_claim_v1: fair_tenants must be >= 0 (got %)', p_fair_tenants USING ERRCODE = '22023';
+    END IF;
+
+    IF p_fair_tenants > 0 THEN
+        -- Tenants after the cursor, then from the start (wrapping), by a loose scan of the key.
+        WITH RECURSIVE after_cursor AS (
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > coalesce(p_fair_after, '')) AS tenant, 1 AS n
+            UNION ALL
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > a.tenant), a.n + 1
+            FROM after_cursor a WHERE a.tenant IS NOT NULL AND a.n < least(p_fair_tenants, p_max_rows)
+        ), from_start AS (
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t) AS tenant, 1 AS n
+            WHERE p_fair_after IS NOT NULL
+            UNION ALL
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > f.tenant), f.n + 1
+            FROM from_start f
+            WHERE f.tenant IS NOT NULL AND f.tenant < p_fair_after AND f.n < least(p_fair_tenants, p_max_rows)
+        )
+        SELECT array_agg(v.tenant ORDER BY v.part, v.n) INTO v_fair_list
+        FROM (
+            SELECT 1 AS part, a.n, a.tenant FROM after_cursor a WHERE a.tenant IS NOT NULL
+            UNION ALL
+            SELECT 2, f.n, f.tenant FROM from_start f WHERE f.tenant IS NOT NULL AND f.tenant <= p_fair_after
+        ) v;
+        v_fair_list := v_fair_list[1:least(p_fair_tenants, p_max_rows)];
+
+        SELECT coalesce(array_agg(x.row_id ORDER BY x.rank), '{}'), coalesce(array_agg(x.tenant_id ORDER BY x.rank), '{}'),
+               coalesce(array_agg(x.queue ORDER BY x.rank), '{}'), coalesce(array_agg(x.timer_key ORDER BY x.rank), '{}'),
+               coalesce(array_agg(x.visible_at ORDER BY x.rank), '{}'), coalesce(array_agg(x.rank ORDER BY x.rank), '{}')
+        INTO v_ctids, v_tenants, v_queues, v_keys, v_pre_visible, v_fair_ranks
+        FROM unnest(v_fair_list) WITH ORDINALITY AS ft(tenant, rank)
+        CROSS JOIN LATERAL (
+            SELECT t.ctid AS row_id, t.tenant_id, t.queue, t.timer_key, t.visible_at, ft.rank::integer AS rank
+            FROM queen.log_timers t
+            WHERE t.ctid = (
+                    SELECT c.row_id
+                    FROM (SELECT p.ctid AS row_id, p.visible_at
+                          FROM queen.log_timers p
+                          WHERE p.tenant_id = ft.tenant
+                          ORDER BY p.queue, p.timer_key
+                          LIMIT c_fair_peek) AS c
+                    WHERE c.visible_at <= p_now
+                    LIMIT 1)
+              AND t.visible_at <= p_now
+            FOR UPDATE OF t SKIP LOCKED
+        ) AS x;
+        v_remaining := p_max_rows - cardinality(v_ctids);
+        -- The round's rows count toward each tenant's cap.
+        IF p_per_tenant <= 1 THEN
+            v_capped := v_tenants;
+        END IF;
     END IF;
 
     WHILE v_remaining > 0 AND cardinality(v_active) > 0 LOOP
@@ -182,6 +257,7 @@ BEGIN
             v_queues := v_queues || v_round_queues[v_i];
             v_keys := v_keys || v_round_keys[v_i];
             v_pre_visible := v_pre_visible || v_round_visible[v_i];
+            v_fair_ranks := v_fair_ranks || NULL::integer;
             v_remaining := v_remaining - 1;
             IF p_per_tenant < p_max_rows
                AND (SELECT count(*) FROM unnest(v_tenants) AS x WHERE x = v_round_tenants[v_i]) >= p_per_tenant THEN
@@ -211,12 +287,13 @@ BEGIN
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.deliver_at,
                   t.txn, t.message_id, t.payload, t.attempts, t.claim_token
     ), picked AS (
-        SELECT * FROM unnest(v_tenants, v_queues, v_keys, v_pre_visible)
-            AS p(tenant_id, queue, timer_key, pre_visible)
+        SELECT * FROM unnest(v_tenants, v_queues, v_keys, v_pre_visible, v_fair_ranks)
+            AS p(tenant_id, queue, timer_key, pre_visible, fair_rank)
     )
     SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.deliver_at, p.pre_visible,
            c.txn, c.message_id, c.payload, c.attempts, c.claim_token,
-           greatest(0, floor(extract(epoch FROM p_now - c.deliver_at) * 1000))::bigint
+           greatest(0, floor(extract(epoch FROM p_now - c.deliver_at) * 1000))::bigint,
+           p.fair_rank, v_fair_list[cardinality(v_fair_list)]
     FROM claimed c
     JOIN picked p ON p.tenant_id = c.tenant_id AND p.queue = c.queue AND p.timer_key = c.timer_key
     ORDER BY p.pre_visible, c.tenant_id, c.queue, c.timer_key;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use queen_sweeper::Error;
 use queen_sweeper::admission::{Maintenance, Slot};
 use queen_sweeper::store::{
-    ClaimedTimer, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome, ShardOrder,
-    Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
+    ClaimedTimer, ExpireStep, FailOutcome, FailRow, FairRound, FireCall, Probe, SegmentOutcome,
+    ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
 };
 use queen_sweeper::timers::{ApplyResult, TimerOp};
 use turmoil::net::TcpStream;
@@ -146,15 +146,26 @@ impl Store for SimStore {
         lease: Duration,
         max_rows: u32,
         per_tenant: u32,
+        fair: Option<&mut FairRound>,
     ) -> Result<Vec<ClaimedTimer>, Error> {
+        let (fair_tenants, fair_after) = fair
+            .as_ref()
+            .map_or((0, None), |f| (f.tenants, f.after.clone()));
         let request = Request::Claim {
             shards: shards(order),
             lease_ms: lease.as_millis() as u64,
             max_rows,
             per_tenant,
+            fair_tenants,
+            fair_after,
         };
         match self.call(request).await? {
-            Response::Claimed(rows) => Ok(rows),
+            Response::Claimed { rows, fair_next } => {
+                if let (Some(fair), Some(next)) = (fair, fair_next) {
+                    fair.after = Some(next);
+                }
+                Ok(rows)
+            }
             other => Err(unexpected("claim", &other)),
         }
     }

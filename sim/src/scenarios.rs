@@ -611,15 +611,28 @@ fn fairness(seed: u64, options: Options) -> Parts {
     let mut findings = BTreeMap::new();
     findings.insert("bigTenantLatenessMs".into(), json!(big_late));
     findings.insert("smallTenantLatenessMs".into(), json!(small_late));
-    // One pass is at most QUEEN_SWEEPER_CYCLE_MAX_ROWS rows; with three brokers, three passes
-    // run side by side. The small tenant is starved if it waits for many passes of the big one.
-    let passes_waited = big.iter().filter(|(_, late, _)| *late < small_late).count() as f64
-        / f64::from(run.world.config().cycle_max_rows);
+    // One pass is at most QUEEN_SWEEPER_CYCLE_MAX_ROWS rows per broker, the brokers' passes
+    // running side by side. The small tenant is starved if more than one pass of the big
+    // tenant's timers fire before its own.
+    let config = run.world.config();
+    let pass = f64::from(config.cycle_max_rows) * f64::from(run.world.brokers);
+    let big_before = big.iter().filter(|(_, late, _)| *late < small_late).count() as f64;
     findings.insert(
-        "bigTenantPassesFiredBeforeTheSmallOne".into(),
-        json!(round1(passes_waited)),
+        "bigTenantTimersFiredBeforeTheSmallOne".into(),
+        json!(big_before),
     );
-    (vec![run], findings, Vec::new())
+    findings.insert(
+        "passesTheSmallTenantWaited".into(),
+        json!(round1(big_before / pass)),
+    );
+    let expectations = vec![expect(
+        "the_small_tenant_waits_at_most_one_pass",
+        !small.is_empty() && big_before <= pass,
+        format!(
+            "{big_before} of the big tenant's timers fired before the small tenant's one (one pass of all brokers is {pass})"
+        ),
+    )];
+    (vec![run], findings, expectations)
 }
 
 /// The swarm: broker count, loads, latencies and faults drawn from the seed.

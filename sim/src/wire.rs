@@ -29,6 +29,8 @@ pub enum Request {
         lease_ms: u64,
         max_rows: u32,
         per_tenant: u32,
+        fair_tenants: u32,
+        fair_after: Option<String>,
     },
     Fire {
         call: FireCall,
@@ -103,7 +105,11 @@ impl Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Response {
     Probe(Probe),
-    Claimed(Vec<ClaimedTimer>),
+    Claimed {
+        rows: Vec<ClaimedTimer>,
+        /// The last tenant the fairness round visited.
+        fair_next: Option<String>,
+    },
     Fired(Vec<SegmentOutcome>),
     Failed(Vec<FailOutcome>),
     Count(u64),

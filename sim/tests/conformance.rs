@@ -12,7 +12,8 @@ use queen_sweeper::admission::{Admission, Maintenance, Slot};
 use queen_sweeper::drain::plan_fire_calls;
 use queen_sweeper::store::pg::PgStore;
 use queen_sweeper::store::{
-    Destination, FailRow, FireCall, HeldTimer, Segment, SegmentResult, ShardOrder, Store, TimerTx,
+    Destination, FailRow, FairRound, FireCall, HeldTimer, Segment, SegmentResult, ShardOrder,
+    Store, TimerTx,
 };
 use queen_sweeper::testing::TestDb;
 use queen_sweeper::timers::{ApplyResult, ApplyStatus, Payload, TimerOp};
@@ -207,6 +208,7 @@ conformance![
     a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_the_dlq,
     the_prune_deletes_expired_rows_in_budgets_and_reports_done,
     the_schedule_seam_answers_every_status,
+    the_fairness_round_serves_a_small_tenant_behind_a_big_backlog,
 ];
 
 const ALL: fn() -> ShardOrder = || ShardOrder::starting_at(0);
@@ -233,7 +235,7 @@ async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) 
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     let mut keys: Vec<&str> = claimed.iter().map(|c| c.timer_key.as_str()).collect();
@@ -243,7 +245,7 @@ async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) 
     assert_eq!(tokens.len(), 5);
     let again = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     assert!(
@@ -261,7 +263,7 @@ async fn a_fire_with_live_tokens_fires_once_and_again_is_stale<B: Backend>(b: &B
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
@@ -286,7 +288,7 @@ async fn two_segments_of_one_destination_are_refused_with_22023<B: Backend>(b: &
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     let destination = Destination {
@@ -337,13 +339,13 @@ async fn an_expired_lease_is_reclaimed_with_a_new_token_and_the_old_fire_is_stal
     let lease = Duration::from_millis(300);
     let first = b
         .store()
-        .claim(&slot, &ALL(), lease, 10, 10)
+        .claim(&slot, &ALL(), lease, 10, 10, None)
         .await
         .expect("claim");
     assert_eq!(first.len(), 1);
     assert!(
         b.store()
-            .claim(&slot, &ALL(), lease, 10, 10)
+            .claim(&slot, &ALL(), lease, 10, 10, None)
             .await
             .expect("claim")
             .is_empty()
@@ -351,7 +353,7 @@ async fn an_expired_lease_is_reclaimed_with_a_new_token_and_the_old_fire_is_stal
     b.sleep(Duration::from_millis(400)).await;
     let second = b
         .store()
-        .claim(&slot, &ALL(), lease * 100, 10, 10)
+        .claim(&slot, &ALL(), lease * 100, 10, 10, None)
         .await
         .expect("reclaim");
     assert_eq!(second.len(), 1);
@@ -380,7 +382,7 @@ async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_th
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     let row = |backoff_ms| FailRow {
@@ -395,7 +397,7 @@ async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_th
     assert_eq!((transient[0].attempts, transient[0].exhausted), (0, false));
     assert!(
         b.store()
-            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
             .await
             .expect("claim")
             .is_empty(),
@@ -404,7 +406,7 @@ async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_th
     b.sleep(Duration::from_millis(300)).await;
     let again = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
         .await
         .expect("claim");
     assert_eq!(again.len(), 1);
@@ -487,7 +489,7 @@ async fn the_schedule_seam_answers_every_status<B: Backend>(b: &B) {
     let slot = slot().await;
     assert_eq!(
         b.store()
-            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10)
+            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
             .await
             .expect("claim")
             .len(),
@@ -503,4 +505,52 @@ async fn the_schedule_seam_answers_every_status<B: Backend>(b: &B) {
         )
         .await;
     assert_eq!(late[0].status, ApplyStatus::TooLate);
+}
+
+async fn the_fairness_round_serves_a_small_tenant_behind_a_big_backlog<B: Backend>(b: &B) {
+    for chunk in 0..3 {
+        let ops = (0..100)
+            .map(|i| schedule(&format!("big-{chunk}-{i}"), -1_000))
+            .collect();
+        b.schedule("big", ops).await;
+    }
+    b.schedule("small", vec![schedule("only", -1)]).await;
+    let slot = slot().await;
+    let plain = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .await
+        .expect("claim");
+    assert!(
+        plain.iter().all(|c| c.destination.tenant == "big"),
+        "without the round, visibility order wins"
+    );
+    let mut fair = FairRound {
+        tenants: 32,
+        after: None,
+    };
+    let claimed = b
+        .store()
+        .claim(
+            &slot,
+            &ALL(),
+            Duration::from_secs(30),
+            10,
+            10,
+            Some(&mut fair),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 10);
+    assert!(
+        claimed
+            .iter()
+            .any(|c| c.destination.tenant == "small" && c.timer_key == "only"),
+        "{claimed:?}"
+    );
+    assert_eq!(
+        fair.after.as_deref(),
+        Some("small"),
+        "the round visited big, then small"
+    );
 }

@@ -33,6 +33,7 @@ WITH picked AS (
     FROM routed r JOIN bumped b ON b.id = r.partition_id
     RETURNING 1
 ), gone AS (
-    DELETE FROM queen.log_timers t USING picked p WHERE t.ctid = p.row_id RETURNING 1
+    -- By address: a TID scan, not a join against the whole table.
+    DELETE FROM queen.log_timers t WHERE t.ctid = ANY (ARRAY(SELECT p.row_id FROM picked p)) RETURNING 1
 )
 SELECT (SELECT count(*) FROM written) + 0 * (SELECT count(*) FROM gone)

@@ -166,6 +166,18 @@ impl RunDb {
             .map_err(|e| format!("cannot insert the backlog: {e}"))
     }
 
+    /// Seconds between the first and the last fired message the soak promised (the drain time
+    /// of a backlog, measured by the database, not by the sampler's one-second steps).
+    pub async fn fire_span_s(&self) -> Result<f64, String> {
+        let span: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM max(m.created_at) - min(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(span.unwrap_or(0.0))
+    }
+
     pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), String> {
         sqlx::query_as(
             "SELECT (SELECT count(*) FROM (SELECT txn FROM queen.log_messages GROUP BY txn HAVING count(*) > 1) d),

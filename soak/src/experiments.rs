@@ -248,7 +248,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "log_timers fillfactor",
-            shipped: 90,
+            shipped: 100,
             values: vec![100, 90, 70],
             symptom: "free space per page that claims cannot use: a claim rewrites visible_at, which is indexed, so it is never a HOT update",
             metric_name: "log_timers heap + index bytes at the end",

@@ -34,6 +34,30 @@ fn read_json<T: for<'de> serde::Deserialize<'de>>(
     }
 }
 
+/// `fresh` findings, with those of an earlier run in `dir` for the settings `fresh` does not
+/// cover, in the earlier order.
+pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, String> {
+    let Some(earlier) = read_json::<Vec<Finding>>(dir, EXPERIMENTS)? else {
+        return Ok(fresh);
+    };
+    let mut merged: Vec<Finding> = earlier
+        .into_iter()
+        .map(|old| {
+            fresh
+                .iter()
+                .find(|f| f.setting == old.setting)
+                .cloned()
+                .unwrap_or(old)
+        })
+        .collect();
+    for f in fresh {
+        if !merged.iter().any(|m| m.setting == f.setting) {
+            merged.push(f);
+        }
+    }
+    Ok(merged)
+}
+
 /// The headline numbers of one run, for the terminal.
 pub fn headline(result: &RunResult) -> String {
     format!(

@@ -243,6 +243,8 @@ pub struct RunResult {
     pub fired_early: i64,
     /// Peak resident KiB of broker processes (process mode).
     pub broker_peak_rss_kib: Option<u64>,
+    /// Seconds from the first to the last fired message (database timestamps).
+    pub fire_span_s: f64,
     pub series: Vec<Sample>,
 }
 
@@ -455,6 +457,7 @@ impl Run<'_> {
             never_fired,
             fired_early,
             broker_peak_rss_kib,
+            fire_span_s: db.fire_span_s().await?,
             series,
         })
     }

@@ -27,7 +27,7 @@ use crate::drain::DrainForm;
 use crate::drain::{DrainLimits, DrainReport, DrainStop, Drainer};
 use crate::metrics::{Metrics, PhaseLabel};
 use crate::sleep::{Bands, Outcome, sleep_for};
-use crate::store::{Probe, SHARD_COUNT, ShardOrder, Store};
+use crate::store::{FairRound, Probe, SHARD_COUNT, ShardOrder, Store};
 use crate::subclock::{SubClocks, SubclockReport};
 use crate::switches::Switches;
 use crate::timers::Seam;
@@ -35,6 +35,10 @@ use crate::waker::Waker;
 
 /// How often the kill switches are re-read from `queen.system_state`. Not measured.
 pub const SWITCH_REFRESH: Duration = Duration::from_secs(5);
+
+/// Tenants the first claim of a pass serves one due row each before anything else (the fairness
+/// round; see `FairRound`). Not measured: each costs one index seek and at most 64 row reads.
+pub const FAIR_TENANTS_PER_PASS: u32 = 32;
 
 /// What to do after an empty claim. Production can only name the jittered band; the 5 ms floor
 /// exists to reproduce the spin in the simulation (feature `naive-forms`).
@@ -78,6 +82,7 @@ pub struct Sweeper<S> {
     passes: u64,
     pressure: u32,
     switches_read_at: Option<Instant>,
+    fair: FairRound,
 }
 
 impl<S> std::fmt::Debug for Sweeper<S> {
@@ -123,6 +128,10 @@ impl<S: Store> Sweeper<S> {
             passes: 0,
             pressure: 0,
             switches_read_at: None,
+            fair: FairRound {
+                tenants: FAIR_TENANTS_PER_PASS,
+                after: None,
+            },
             config,
         }
     }
@@ -292,7 +301,7 @@ impl<S: Store> Sweeper<S> {
         }
     }
 
-    async fn drain(&self, shards: &ShardOrder) -> DrainReport {
+    async fn drain(&mut self, shards: &ShardOrder) -> DrainReport {
         let timer = clock::tokio_now();
         let drainer = Drainer {
             store: &*self.store,
@@ -300,7 +309,7 @@ impl<S: Store> Sweeper<S> {
             metrics: &self.metrics,
             shutdown: &self.shutdown,
         };
-        let report = drainer.drain(shards, &self.limits).await;
+        let report = drainer.drain(shards, &self.limits, &mut self.fair).await;
         self.observe_phase("drain", timer);
         report
     }

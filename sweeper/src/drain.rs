@@ -33,8 +33,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::store::{
-    ClaimedTimer, Destination, FailRow, FireCall, Segment, SegmentResult, ShardOrder, Store,
-    TimerRef,
+    ClaimedTimer, Destination, FailRow, FairRound, FireCall, Segment, SegmentResult, ShardOrder,
+    Store, TimerRef,
 };
 
 /// Bytes a fired timer writes beyond its payload: the message row and its index entry, the
@@ -153,18 +153,29 @@ pub struct Drainer<'a, S> {
 }
 
 impl<S: Store> Drainer<'_, S> {
-    /// One pass of phase B.
-    pub async fn drain(&self, shards: &ShardOrder, limits: &DrainLimits) -> DrainReport {
+    /// One pass of phase B. Its first claim runs the tenant-fairness round `fair`.
+    pub async fn drain(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        fair: &mut FairRound,
+    ) -> DrainReport {
         match limits.form {
-            DrainForm::Shipped => self.drain_shipped(shards, limits).await,
+            DrainForm::Shipped => self.drain_shipped(shards, limits, fair).await,
             #[cfg(feature = "naive-forms")]
-            DrainForm::NaiveClaimThenFire => self.drain_naive(shards, limits).await,
+            DrainForm::NaiveClaimThenFire => self.drain_naive(shards, limits, fair).await,
         }
     }
 
-    async fn drain_shipped(&self, shards: &ShardOrder, limits: &DrainLimits) -> DrainReport {
+    async fn drain_shipped(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        fair: &mut FairRound,
+    ) -> DrainReport {
         let started = clock::tokio_now();
         let mut report = DrainReport::new();
+        let mut fair = Some(fair);
         loop {
             if let Some(stop) = self.budget_spent(started, &report, limits) {
                 report.stop = stop;
@@ -173,7 +184,10 @@ impl<S: Store> Drainer<'_, S> {
             let batch = limits
                 .claim_batch
                 .min(limits.cycle_max_rows - report.claimed as u32);
-            let rows = match self.claim(shards, limits, batch, &mut report).await {
+            let rows = match self
+                .claim(shards, limits, batch, &mut report, fair.take())
+                .await
+            {
                 Ok(rows) if rows.is_empty() => {
                     report.stop = DrainStop::EmptyClaim;
                     return report;
@@ -190,9 +204,15 @@ impl<S: Store> Drainer<'_, S> {
 
     /// The seed's livelock, kept to reproduce it: claim the whole pass, then fire.
     #[cfg(feature = "naive-forms")]
-    async fn drain_naive(&self, shards: &ShardOrder, limits: &DrainLimits) -> DrainReport {
+    async fn drain_naive(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        fair: &mut FairRound,
+    ) -> DrainReport {
         let mut report = DrainReport::new();
         let mut claimed = Vec::new();
+        let mut fair = Some(fair);
         loop {
             if report.claimed >= u64::from(limits.cycle_max_rows) {
                 report.stop = DrainStop::RowBudget;
@@ -201,7 +221,10 @@ impl<S: Store> Drainer<'_, S> {
             let batch = limits
                 .claim_batch
                 .min(limits.cycle_max_rows - report.claimed as u32);
-            match self.claim(shards, limits, batch, &mut report).await {
+            match self
+                .claim(shards, limits, batch, &mut report, fair.take())
+                .await
+            {
                 Ok(rows) if rows.is_empty() => {
                     report.stop = DrainStop::EmptyClaim;
                     break;
@@ -242,13 +265,14 @@ impl<S: Store> Drainer<'_, S> {
         limits: &DrainLimits,
         batch: u32,
         report: &mut DrainReport,
+        fair: Option<&mut FairRound>,
     ) -> Result<Vec<ClaimedTimer>, Class> {
         let slot = self.admission.maintenance().await;
         self.metrics.query("claim");
         report.claims += 1;
         match self
             .store
-            .claim(&slot, shards, limits.lease, batch, limits.per_tenant)
+            .claim(&slot, shards, limits.lease, batch, limits.per_tenant, fair)
             .await
         {
             Ok(rows) => {

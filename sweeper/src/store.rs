@@ -51,6 +51,17 @@ impl ShardOrder {
     }
 }
 
+/// The tenant-fairness round of a pass's first claim: one due row from each of `tenants` tenants,
+/// visiting tenants in key order after `after` (wrapping), before the shard rounds. A tenant with
+/// a huge backlog then cannot starve another tenant's single due timer for more than one pass:
+/// the index orders rows by visibility, whoever they belong to. The claim moves `after` to the
+/// last tenant it visited, so the next pass continues there.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FairRound {
+    pub tenants: u32,
+    pub after: Option<String>,
+}
+
 /// PROBE: what is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
@@ -234,7 +245,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Probe, Error>> + Send;
 
     /// Claims up to `max_rows` due rows, at most `per_tenant` of one tenant, visiting shards in
-    /// `shards` order. Rows come back in their pre-claim visibility order.
+    /// `shards` order. Rows come back in their pre-claim visibility order. With `fair`, the claim
+    /// first takes one due row from each of `fair.tenants` tenants after `fair.after`, and moves
+    /// `fair.after` on (see [`FairRound`]).
     fn claim(
         &self,
         slot: &Slot<Maintenance>,
@@ -242,6 +255,7 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
         max_rows: u32,
         per_tenant: u32,
+        fair: Option<&mut FairRound>,
     ) -> impl Future<Output = Result<Vec<ClaimedTimer>, Error>> + Send;
 
     /// One fire transaction. Outcomes are per segment, in any order.

@@ -230,6 +230,7 @@ impl Store for FakeStore {
         lease: Duration,
         max_rows: u32,
         per_tenant: u32,
+        _fair: Option<&mut queen_sweeper::store::FairRound>,
     ) -> Result<Vec<ClaimedTimer>, Error> {
         let answer = {
             let mut script = self.script();
@@ -584,6 +585,7 @@ async fn drain_once(
         .drain(
             &ShardOrder::starting_at(0),
             &DrainLimits::from_config(config),
+            &mut queen_sweeper::store::FairRound::default(),
         )
         .await;
     assert_eq!(

@@ -281,7 +281,7 @@ async fn a_dead_brokers_claims_fire_through_another_after_the_lease_exactly_once
     let slot = admission.maintenance().await;
     let lease = Duration::from_millis(1500);
     let claimed = dead
-        .claim(&slot, &ShardOrder::starting_at(0), lease, 300, 300)
+        .claim(&slot, &ShardOrder::starting_at(0), lease, 300, 300, None)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 300);

@@ -51,6 +51,7 @@ async fn a_fire_past_its_statement_timeout_is_cancelled_server_side_and_the_pool
             Duration::from_secs(30),
             10,
             10,
+            None,
         )
         .await
         .unwrap();
@@ -141,6 +142,7 @@ async fn a_client_side_timeout_gives_up_the_connection_instead_of_reusing_it() {
             Duration::from_secs(30),
             10,
             10,
+            None,
         )
         .await
         .unwrap();

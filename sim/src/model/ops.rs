@@ -81,9 +81,14 @@ pub fn claim_lock(
     now: Us,
     max_rows: u32,
     per_tenant: u32,
+    already: &[(TimerKey, Us)],
 ) -> Vec<(TimerKey, Us)> {
     let mut picked: Vec<(TimerKey, Us)> = Vec::new();
+    // Rows this claim already took (the fairness round) count toward each tenant's cap.
     let mut per: BTreeMap<String, u32> = BTreeMap::new();
+    for (key, _) in already {
+        *per.entry(key.tenant.clone()).or_default() += 1;
+    }
     let mut active: Vec<u8> = shards.to_vec();
     let mut remaining = max_rows as usize;
     while remaining > 0 && !active.is_empty() {
@@ -128,6 +133,85 @@ pub fn claim_lock(
         active = next_active;
     }
     picked
+}
+
+/// Rows of a tenant's key range the fairness round reads (the SQL's `fair_peek_rows`).
+pub const FAIR_PEEK_ROWS: usize = 64;
+
+/// CLAIM, fairness round: one due row from each of up to `tenants` tenants in key order after
+/// `after` (wrapping), looked for among the first [`FAIR_PEEK_ROWS`] of each tenant's key range.
+/// Returns the locked rows and the last tenant visited.
+pub fn claim_fair(
+    t: &mut Tables,
+    txn: u64,
+    now: Us,
+    tenants: u32,
+    after: Option<&str>,
+) -> (Vec<(TimerKey, Us)>, Option<String>) {
+    if tenants == 0 {
+        return (Vec::new(), None);
+    }
+    let next_tenant = |t: &Tables, after: &str| -> Option<String> {
+        let floor = TimerKey {
+            tenant: format!("{after}\0"),
+            queue: String::new(),
+            key: String::new(),
+        };
+        t.timers
+            .range(floor..)
+            .next()
+            .map(|(k, _)| k.tenant.clone())
+    };
+    let mut visit: Vec<String> = Vec::new();
+    let mut cursor = after.unwrap_or("").to_owned();
+    while visit.len() < tenants as usize {
+        match next_tenant(t, &cursor) {
+            Some(tenant) => {
+                cursor.clone_from(&tenant);
+                visit.push(tenant);
+            }
+            None => break,
+        }
+    }
+    if let Some(after) = after {
+        let mut cursor = String::new();
+        let first = t.timers.keys().next().map(|k| k.tenant.clone());
+        let mut candidate = first;
+        while visit.len() < tenants as usize {
+            match candidate {
+                Some(tenant) if tenant.as_str() <= after => {
+                    cursor.clone_from(&tenant);
+                    if !visit.contains(&tenant) {
+                        visit.push(tenant);
+                    }
+                    candidate = next_tenant(t, &cursor);
+                }
+                _ => break,
+            }
+        }
+    }
+    let mut picked = Vec::new();
+    for tenant in &visit {
+        let floor = TimerKey {
+            tenant: tenant.clone(),
+            queue: String::new(),
+            key: String::new(),
+        };
+        let found = t
+            .timers
+            .range(floor..)
+            .take_while(|(k, _)| &k.tenant == tenant)
+            .take(FAIR_PEEK_ROWS)
+            .find(|(_, row)| row.visible_at() <= now)
+            .map(|(k, row)| (k.clone(), row.visible_at()));
+        if let Some((key, visible_at)) = found
+            && !t.row_locks.contains_key(&key)
+        {
+            t.row_locks.insert(key.clone(), txn);
+            picked.push((key, visible_at));
+        }
+    }
+    (picked, visit.last().cloned())
 }
 
 /// CLAIM, second half (commit): leases and tokens, in pre-claim visibility order.

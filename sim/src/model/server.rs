@@ -170,14 +170,26 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             lease_ms,
             max_rows,
             per_tenant,
+            fair_tenants,
+            fair_after,
         } => {
             let now = now_us();
-            let (txn, picked) = db.with(|t| {
+            let (txn, picked, fair_next) = db.with(|t| {
                 let txn = t.new_txn();
-                (
+                let (mut picked, fair_next) = ops::claim_fair(
+                    t,
                     txn,
-                    ops::claim_lock(t, txn, &shards, now, max_rows, per_tenant),
-                )
+                    now,
+                    fair_tenants.min(max_rows),
+                    fair_after.as_deref(),
+                );
+                let remaining = max_rows - picked.len() as u32;
+                if remaining > 0 {
+                    let more =
+                        ops::claim_lock(t, txn, &shards, now, remaining, per_tenant, &picked);
+                    picked.extend(more);
+                }
+                (txn, picked, fair_next)
             });
             sleep_us(c.claim_base_us + c.claim_row_us * picked.len() as Us).await;
             if !picked.is_empty() {
@@ -186,7 +198,9 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
                 db.write_wal(picked.len() as u64 * c.claim_wal_bytes_per_row)
                     .await;
             }
-            Response::Claimed(db.with(|t| ops::claim_commit(t, txn, picked, now, lease_ms * 1000)))
+            let rows = db.with(|t| ops::claim_commit(t, txn, picked, now, lease_ms * 1000));
+            let fair_next = if rows.is_empty() { None } else { fair_next };
+            Response::Claimed { rows, fair_next }
         }
         Request::Fire { call } => fire(db, host, &call).await,
         Request::Fail {

@@ -17,8 +17,9 @@ use sqlx::{Acquire, ConnectOptions, Connection, PgPool, Postgres, Row, Transacti
 use uuid::Uuid;
 
 use super::{
-    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome,
-    SegmentResult, ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
+    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FairRound, FireCall, Probe,
+    SegmentOutcome, SegmentResult, ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx,
+    UsageStep,
 };
 use crate::admission::{Maintenance, Slot};
 use crate::config::Config;
@@ -317,20 +318,26 @@ impl Store for PgStore {
         lease: Duration,
         max_rows: u32,
         per_tenant: u32,
+        fair: Option<&mut FairRound>,
     ) -> Result<Vec<ClaimedTimer>, Error> {
         let shards = shard_array(shards);
+        let (fair_tenants, fair_after) = fair
+            .as_ref()
+            .map_or((0, None), |f| (f.tenants, f.after.clone()));
         let rows = self
             .call("claim", move |c| {
                 Box::pin(
                     sqlx::query(
                         "SELECT tenant_id, queue, timer_key, partition, claim_token, attempts, late_ms, \
-                                octet_length(payload)::bigint \
-                         FROM queen.log_timers_claim_v1($1, now(), $2, $3, $4)",
+                                octet_length(payload)::bigint, fair_next \
+                         FROM queen.log_timers_claim_v1($1, now(), $2, $3, $4, $5, $6)",
                     )
                     .bind(shards)
                     .bind(clamp_i32(lease.as_millis() as u64))
                     .bind(clamp_i32(u64::from(max_rows)))
                     .bind(clamp_i32(u64::from(per_tenant)))
+                    .bind(clamp_i32(u64::from(fair_tenants)))
+                    .bind(fair_after)
                     .fetch_all(c),
                 )
             })
@@ -340,6 +347,12 @@ impl Store for PgStore {
             .map(claimed_timer)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| database_error(&e, "claim"))?;
+        if let (Some(fair), Some(first)) = (fair, rows.first()) {
+            let next: Option<String> = first.try_get(8).map_err(|e| database_error(&e, "claim"))?;
+            if next.is_some() {
+                fair.after = next;
+            }
+        }
         let tokens: std::collections::HashSet<Uuid> = claimed.iter().map(|c| c.token).collect();
         assert_eq!(
             tokens.len(),
