@@ -205,8 +205,9 @@ pub fn last_fire_of(outcome: &Outcome, prefix: &str) -> Option<Us> {
     })
 }
 
-/// Each fired message whose txn starts with `prefix`: (txn, lateness ms, the broker that fired it).
-pub fn fires_of(outcome: &Outcome, prefix: &str) -> Vec<(String, f64, String)> {
+/// Each fired message whose txn starts with `prefix`: (txn, fired at, lateness ms, the broker
+/// that fired it).
+pub fn fires_of(outcome: &Outcome, prefix: &str) -> Vec<(String, Us, f64, String)> {
     let log = outcome.log.lock().expect("not poisoned");
     let due: BTreeMap<&str, Us> = log
         .scheduled
@@ -219,11 +220,8 @@ pub fn fires_of(outcome: &Outcome, prefix: &str) -> Vec<(String, f64, String)> {
             .filter(|m| m.source == Source::Fire && m.txn.starts_with(prefix))
             .filter_map(|m| {
                 let deliver_at = due.get(m.txn.as_str())?;
-                Some((
-                    m.txn.clone(),
-                    round1(m.created_at.saturating_sub(*deliver_at) as f64 / 1000.0),
-                    m.by.clone(),
-                ))
+                let late = round1(m.created_at.saturating_sub(*deliver_at) as f64 / 1000.0);
+                Some((m.txn.clone(), m.created_at, late, m.by.clone()))
             })
             .collect()
     })

@@ -111,6 +111,18 @@ pub struct World {
     pub pushes: Option<PushLoad>,
     pub kv: Option<KvLoad>,
     pub faults: Vec<Fault>,
+    /// Timers already in the table when the run starts (a backlog), written straight into the
+    /// model and recorded as scheduled.
+    pub backlogs: Vec<Backlog>,
+}
+
+/// `count` timers of `tenant`, all due at `due_at_ms` of the run, there from the start.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Backlog {
+    pub tenant: String,
+    pub count: u32,
+    pub due_at_ms: u64,
+    pub payload_bytes: u64,
 }
 
 impl World {
@@ -130,6 +142,7 @@ impl World {
             pushes: None,
             kv: None,
             faults: Vec::new(),
+            backlogs: Vec::new(),
         }
     }
 
@@ -191,6 +204,7 @@ pub fn run(world: &World) -> Outcome {
         .tcp_capacity(1 << 16)
         .build();
 
+    preload(&db, &log, &world.backlogs);
     let served = db.clone();
     sim.host("db", move || serve(served.clone()));
     let root = Rng::new(world.seed);
@@ -239,6 +253,47 @@ pub fn run(world: &World) -> Outcome {
         wall: clock::monotonic_now() - wall_start,
         failure,
     }
+}
+
+/// Writes the backlogs into the model before the run starts.
+fn preload(db: &Db, log: &Mutex<LoadLog>, backlogs: &[Backlog]) {
+    let mut log = log.lock().expect("not poisoned");
+    db.with(|t| {
+        for (n, backlog) in backlogs.iter().enumerate() {
+            let due = ORIGIN_US + backlog.due_at_ms * 1000;
+            for i in 0..backlog.count {
+                let txn = format!("pre{n}-{i}");
+                let key = crate::model::state::TimerKey {
+                    tenant: backlog.tenant.clone(),
+                    queue: format!("queue-{}", i % 4),
+                    key: txn.clone(),
+                };
+                let message_id = uuid::Uuid::from_u128(
+                    (u128::from(n as u32) << 64) | u128::from(i) | (1 << 127),
+                );
+                t.insert_timer(
+                    key,
+                    crate::model::state::TimerRow {
+                        partition: format!("p{}", i % 8),
+                        deliver_at: due,
+                        txn: txn.clone(),
+                        message_id,
+                        payload_bytes: backlog.payload_bytes,
+                        attempts: 0,
+                        last_error: None,
+                        claimed_until: None,
+                        token: None,
+                    },
+                );
+                log.scheduled.push(Scheduled {
+                    txn,
+                    deliver_at: due,
+                    scheduled_at: ORIGIN_US,
+                    broker: 0,
+                });
+            }
+        }
+    });
 }
 
 fn inject(sim: &mut turmoil::Sim<'_>, fault: &FaultKind) {
