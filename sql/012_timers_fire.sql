@@ -65,7 +65,6 @@ DECLARE
     v_partition_of bigint[];      -- partition id per segment (index = segment + 1)
     v_seg record;
     v_held record;
-    v_first bigint;
     v_wanted integer[];
     v_attempt integer;
     -- Polls for a row that is ours but locked this instant: 1+2+4+8+16+32 ms at most. Not measured.
@@ -169,36 +168,59 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Provision in destination order (one global order for every concurrent fire), then lock
-    -- every partition of the call in ascending id before the first append.
-    v_partition_of := array_fill(NULL::bigint, ARRAY[v_segments]);
+    -- Look every destination up at once; provision the missing ones one by one, in destination
+    -- order (one global order for every concurrent fire); then lock every partition of the call
+    -- in ascending id before the first append.
+    SELECT array_agg(lp.id ORDER BY s.i) INTO v_partition_of
+    FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions) WITH ORDINALITY AS s(tenant, queue, partition, i)
+    LEFT JOIN queen.queues q ON q.tenant_id = s.tenant AND q.name = s.queue
+    LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = s.partition;
     FOR v_seg IN
         SELECT (s.i - 1)::integer AS seg, s.tenant, s.queue, s.partition
         FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions) WITH ORDINALITY AS s(tenant, queue, partition, i)
-        WHERE (s.i - 1) = ANY (v_live)
+        WHERE (s.i - 1) = ANY (v_live) AND v_partition_of[s.i] IS NULL
         ORDER BY s.tenant, s.queue, s.partition
     LOOP
         v_partition_of[v_seg.seg + 1] :=
             queen.log_partition_ensure_v1(v_seg.tenant, v_seg.queue, v_seg.partition);
-        v_partition_ids := v_partition_ids || v_partition_of[v_seg.seg + 1];
     END LOOP;
+    SELECT array_agg(v_partition_of[seg + 1]) INTO v_partition_ids FROM unnest(v_live) AS seg;
     PERFORM 1 FROM queen.log_partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE;
 
-    FOR v_seg IN
-        SELECT s.seg, s.start, s.n FROM queen.fire_segments_v1(p_seg_sizes) AS s
-        WHERE s.seg = ANY (v_live) ORDER BY s.seg
-    LOOP
-        v_first := queen.log_append_v1(
-            v_partition_of[v_seg.seg + 1],
-            v_message_ids[v_seg.start + 1 : v_seg.start + v_seg.n],
-            v_txns[v_seg.start + 1 : v_seg.start + v_seg.n],
-            v_payloads[v_seg.start + 1 : v_seg.start + v_seg.n],
-            p_now);
-        v_fired_rows := v_fired_rows || v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n];
-        segment := v_seg.seg; result := 'fired'; timers := v_seg.n; first_offset := v_first;
-        RETURN NEXT;
-    END LOOP;
+    -- (A data-modifying WITH runs to completion whether or not the outer query reads it.)
+    -- Every live segment in one statement: each takes the next offsets of its partition (one
+    -- segment per partition: destinations are distinct) and writes its messages in claim order.
+    -- The same allocation as queen.log_append_v1, set-based: a loop of one append per segment
+    -- cost 9 ms for 200 timers on 96 destinations, this about a third of it.
+    RETURN QUERY
+    WITH live_rows AS (
+        SELECT r.pos, r.seg, v_partition_of[r.seg + 1] AS partition_id
+        FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+        WHERE r.seg = ANY (v_live)
+    ), numbered AS (
+        SELECT l.*, row_number() OVER (PARTITION BY l.partition_id ORDER BY l.pos) AS n,
+               count(*) OVER (PARTITION BY l.partition_id) AS total
+        FROM live_rows l
+    ), bumped AS (
+        UPDATE queen.log_partitions lp
+        SET last_offset = lp.last_offset + c.total
+        FROM (SELECT DISTINCT partition_id, total FROM numbered) AS c
+        WHERE lp.id = c.partition_id
+        RETURNING lp.id, lp.last_offset - c.total AS base
+    ), written AS (
+        INSERT INTO queen.log_messages (partition_id, "offset", message_id, txn, payload, created_at)
+        SELECT n.partition_id, b.base + n.n, v_message_ids[n.pos], v_txns[n.pos], v_payloads[n.pos],
+               greatest(p_now, clock_timestamp())
+        FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    )
+    SELECT n.seg, 'fired'::text, count(*)::integer, (min(b.base) + 1)::bigint
+    FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    GROUP BY n.seg
+    ORDER BY n.seg;
 
+    SELECT array_agg(v_row_ids[r.pos]) INTO v_fired_rows
+    FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+    WHERE r.seg = ANY (v_live);
     DELETE FROM queen.log_timers t WHERE t.ctid = ANY (v_fired_rows);
 END;
 $$;

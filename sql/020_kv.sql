@@ -91,7 +91,8 @@ BEGIN
 END;
 $$;
 
--- GET: {value, version, expiresAt} of the live row, or NULL.
+-- GET: {value, version, expiresAt} of the live row (expiresAt only when it expires), or NULL.
+-- The value comes back exactly as stored, JSON nulls included.
 CREATE OR REPLACE FUNCTION queen.kv_get_v1(
     p_tenant text, p_namespace text, p_key text, p_now timestamptz
 ) RETURNS jsonb
@@ -101,7 +102,9 @@ DECLARE
     v_result jsonb;
 BEGIN
     PERFORM queen.kv_names_check_v1('kv_get_v1', p_tenant, p_namespace, p_key);
-    SELECT jsonb_strip_nulls(jsonb_build_object('value', k.value, 'version', k.version, 'expiresAt', k.expires_at))
+    -- Not jsonb_strip_nulls: it strips nulls at every depth, including inside the stored value.
+    SELECT jsonb_build_object('value', k.value, 'version', k.version)
+           || CASE WHEN k.expires_at IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('expiresAt', k.expires_at) END
     INTO v_result
     FROM queen.kv k
     WHERE k.tenant_id = p_tenant AND k.namespace = p_namespace AND k.key = p_key

@@ -1,18 +1,19 @@
 -- The physical limit of the bench: move up to $1 due timers into the log in one set-based
 -- statement (no claim, no lease, no token check), the same payloads and the same partitions.
--- Returns the number moved. Partitions are provisioned by the bench before it starts.
--- Rows are found through the sweeper's own index, shard by shard, as cheaply as it can be done.
+-- Returns the number moved and the last address it took. Partitions are provisioned by the
+-- bench before it starts.
+-- Rows are taken in physical order from a cursor ($2, the last address moved; '(0,0)' to start):
+-- a TID range scan reads each row once, where an index scan from the head of each shard would
+-- walk every dead entry of the batches before it (measured: 10 ms per batch at the start, 160 ms
+-- after 800 batches).
 WITH picked AS (
-    SELECT t.*
-    FROM generate_series(0, 63) AS s(shard)
-    CROSS JOIN LATERAL (
-        SELECT x.ctid AS row_id, x.tenant_id, x.queue, x.partition, x.txn, x.message_id, x.payload, x.deliver_at
-        FROM queen.log_timers x
-        WHERE x.shard = s.shard AND x.visible_at <= now()
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED
-    ) AS t
+    SELECT t.ctid AS row_id, t.tenant_id, t.queue, t.partition, t.txn, t.message_id, t.payload, t.deliver_at
+    FROM queen.log_timers t
+    WHERE t.ctid > $2::tid AND t.visible_at <= now()
+    -- No ORDER BY: a TID range scan already returns rows in address order, and the planner
+    -- would otherwise sort the whole rest of the table to prove it.
     LIMIT $1
+    FOR UPDATE SKIP LOCKED
 ), routed AS (
     SELECT p.*, lp.id AS partition_id,
            row_number() OVER (PARTITION BY lp.id ORDER BY p.deliver_at, p.txn) AS n
@@ -36,4 +37,5 @@ WITH picked AS (
     -- By address: a TID scan, not a join against the whole table.
     DELETE FROM queen.log_timers t WHERE t.ctid = ANY (ARRAY(SELECT p.row_id FROM picked p)) RETURNING 1
 )
-SELECT (SELECT count(*) FROM written) + 0 * (SELECT count(*) FROM gone)
+SELECT (SELECT count(*) FROM written) + 0 * (SELECT count(*) FROM gone),
+       (SELECT max(row_id)::text FROM picked)

@@ -39,6 +39,9 @@ pub struct Point {
 type Judge = fn(&[(u64, f64)], u64) -> (Option<u64>, bool);
 
 /// A sweep: the values, the workload per value, the metric and how to read it.
+/// One number read off a run.
+type Metric = fn(&RunResult) -> f64;
+
 struct Sweep {
     setting: &'static str,
     shipped: u64,
@@ -46,7 +49,9 @@ struct Sweep {
     symptom: &'static str,
     metric_name: &'static str,
     workload: Box<dyn Fn(u64) -> Workload>,
-    metric: fn(&RunResult) -> f64,
+    metric: Metric,
+    /// A second number reported beside the metric (what the symptom trades against).
+    secondary: Option<(&'static str, Metric)>,
     /// From the (value, metric) pairs: the threshold and whether the shipped value is safe.
     judge: Judge,
 }
@@ -81,12 +86,13 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                     .knob(STATEMENT_TIMEOUT, (lease / 2).min(5_000))
             }),
             metric: |r| (r.counters.stale_segments + r.counters.failures) as f64,
+            secondary: None,
             judge: smallest_with_zero,
         },
         Sweep {
             setting: "QUEEN_SWEEPER_CLAIM_BATCH",
             shipped: 200,
-            values: vec![10, 50, 200, 800],
+            values: vec![10, 50, 200, 800, 2_000],
             symptom: "small claims pay a round trip for a few rows: a backlog drains slowly",
             metric_name: "drain rate (timers/s, one broker)",
             workload: Box::new(move |batch| {
@@ -96,6 +102,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w.knob("QUEEN_SWEEPER_CLAIM_BATCH", batch)
             }),
             metric: RunResult::busy_fired_per_s,
+            secondary: None,
             judge: smallest_within_10_percent_of_best,
         },
         Sweep {
@@ -112,11 +119,12 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                     .knob("QUEEN_SWEEPER_CYCLE_MAX_ROWS", rows)
             }),
             metric: RunResult::busy_fired_per_s,
+            secondary: None,
             judge: smallest_within_10_percent_of_best,
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MAX_FIRE_BYTES",
-            shipped: 8 * 1024 * 1024,
+            shipped: 1024 * 1024,
             values: vec![
                 0,
                 256 * 1024,
@@ -143,6 +151,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 }
             }),
             metric: |r| r.push_latency_ms.p99,
+            secondary: Some(("drain rate (timers/s)", RunResult::busy_fired_per_s)),
             judge: largest_within_double_of_baseline,
         },
         Sweep {
@@ -160,6 +169,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w.knob("QUEEN_SWEEPER_MAX_SLEEP_MS", ceiling)
             }),
             metric: |r| r.lateness_ms.p99,
+            secondary: None,
             judge: |points, shipped| {
                 (
                     None,
@@ -192,23 +202,29 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 r.series.iter().map(|s| s.probe_claim_per_s).sum::<f64>()
                     / r.series.len().max(1) as f64
             },
+            secondary: None,
             judge: smallest_within_double_of_best_low,
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MIN_SLEEP_MS",
             shipped: 5,
-            values: vec![1, 5, 50],
-            symptom: "a floor too long leaves work waiting between passes; too short probes for nothing",
-            metric_name: "drain rate (timers/s, one broker, pass budget 200 rows)",
+            values: vec![1, 5, 50, 200],
+            symptom: "a floor too long leaves due work waiting between passes; a shorter one probes more for nothing",
+            metric_name: "drain rate (timers/s, one broker, shipped pass budget)",
             workload: Box::new(move |floor| {
                 let mut w = Workload::quiet("floor", s);
                 w.brokers = 1;
-                w.backlog = 20_000;
-                w.knob("QUEEN_SWEEPER_CYCLE_MAX_ROWS", 200)
-                    .knob("QUEEN_SWEEPER_MIN_SLEEP_MS", floor)
+                w.backlog = 40_000;
+                w.knob("QUEEN_SWEEPER_MIN_SLEEP_MS", floor)
                     .knob("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", floor.max(25))
             }),
             metric: RunResult::busy_fired_per_s,
+            secondary: Some(("probes/s", |r| {
+                r.queries_per_s_per_broker
+                    .get("probe")
+                    .copied()
+                    .unwrap_or(0.0)
+            })),
             judge: largest_within_10_percent_of_best,
         },
         Sweep {
@@ -227,6 +243,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                     .knob("QUEEN_KV_EXPIRE_EVERY_MS", every)
             }),
             metric: RunResult::expired_not_pruned_growth,
+            secondary: None,
             judge: largest_with_no_growth,
         },
         Sweep {
@@ -244,6 +261,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w.knob("QUEEN_KV_EXPIRE_BATCH", batch)
             }),
             metric: RunResult::expired_not_pruned_growth,
+            secondary: None,
             judge: smallest_with_no_growth,
         },
         Sweep {
@@ -261,6 +279,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w
             }),
             metric: |r| (r.sizes_end.timers_bytes + r.sizes_end.timers_index_bytes) as f64,
+            secondary: None,
             judge: |points, shipped| {
                 let best = points.iter().map(|(_, m)| *m).fold(f64::INFINITY, f64::min);
                 (
@@ -316,16 +335,30 @@ pub async fn run_all(
 fn judge(sweep: &Sweep, points: Vec<Point>) -> Finding {
     let pairs: Vec<(u64, f64)> = points.iter().map(|p| (p.value, p.metric)).collect();
     let (threshold, shipped_ok) = (sweep.judge)(&pairs, sweep.shipped);
-    let observed = pairs
+    let observed = points
         .iter()
-        .map(|(v, m)| format!("{v}: {}", round(*m)))
+        .map(|p| match (sweep.secondary, p.result.as_ref()) {
+            (Some((_, second)), Some(result)) => {
+                format!(
+                    "{}: {} ({})",
+                    p.value,
+                    round(p.metric),
+                    round(second(result))
+                )
+            }
+            _ => format!("{}: {}", p.value, round(p.metric)),
+        })
         .collect::<Vec<_>>()
         .join("; ");
+    let metric_name = match sweep.secondary {
+        Some((name, _)) => format!("{} ({name} in brackets)", sweep.metric_name),
+        None => sweep.metric_name.to_owned(),
+    };
     Finding {
         setting: sweep.setting.to_owned(),
         shipped: sweep.shipped,
         symptom: sweep.symptom.to_owned(),
-        observed: format!("{} per value: {observed}", sweep.metric_name),
+        observed: format!("{metric_name} per value: {observed}"),
         threshold,
         shipped_ok,
         // The conditions of the shipped value's run: what the block's number was measured under.

@@ -180,7 +180,7 @@ async fn soak(cli: Cli) -> Result<(), String> {
     match (&cli.command, cli.smoke) {
         (_, true) => smoke(&run, &rig, &date, binary.is_some()).await,
         (Some(Command::Experiments { only }), _) => {
-            let findings = experiments::run_all(
+            let mut findings = experiments::run_all(
                 &run,
                 Scale {
                     seconds: cli.seconds.unwrap_or(18),
@@ -188,6 +188,10 @@ async fn soak(cli: Cli) -> Result<(), String> {
                 only.as_deref(),
             )
             .await?;
+            if only.is_some() {
+                // Keep the other settings' findings of an earlier run in the same directory.
+                findings = report::merge_findings(&out, findings)?;
+            }
             let emitted = blocks::blocks(&findings, &rig, &date);
             report::write_json(&out, report::RIG, &rig)?;
             report::write_json(&out, report::EXPERIMENTS, &findings)?;

@@ -152,16 +152,10 @@ impl Workload {
 }
 
 impl RunResult {
-    /// Timers fired per second over the seconds in which anything fired (the drain rate of a
-    /// backlog, not diluted by idle seconds).
+    /// Timers fired per second between the first and the last fire (the drain rate of a
+    /// backlog, not diluted by idle seconds), from database timestamps.
     pub fn busy_fired_per_s(&self) -> f64 {
-        let busy = self
-            .series
-            .iter()
-            .filter(|s| s.fired_per_s > 0.0)
-            .count()
-            .max(1);
-        (self.counters.fired as f64 / busy as f64 * 10.0).round() / 10.0
+        (self.counters.fired as f64 / self.fire_span_s.max(1e-3)).round()
     }
 
     /// How fast the expired-but-present KV rows grew over the second half of the run (rows/s).
