@@ -138,7 +138,6 @@ DECLARE
     v_next_active integer[];
     v_remaining integer := p_max_rows;
     v_share integer;
-    v_i integer;
     v_round_ctids tid[];
     v_round_tenants text[];
     v_round_queues text[];
@@ -245,25 +244,41 @@ BEGIN
             LIMIT v_remaining
         ) AS f;
 
-        v_next_active := '{}';
-        FOR v_i IN 1 .. cardinality(v_round_ctids) LOOP
-            IF v_round_tenants[v_i] = ANY (v_capped) THEN
-                -- Over its tenant's cap: locked by this round's statement but not claimed; the
-                -- lock ends with this claim's transaction, a few milliseconds from now.
-                CONTINUE;
-            END IF;
-            v_ctids := v_ctids || v_round_ctids[v_i];
-            v_tenants := v_tenants || v_round_tenants[v_i];
-            v_queues := v_queues || v_round_queues[v_i];
-            v_keys := v_keys || v_round_keys[v_i];
-            v_pre_visible := v_pre_visible || v_round_visible[v_i];
-            v_fair_ranks := v_fair_ranks || NULL::integer;
-            v_remaining := v_remaining - 1;
-            IF p_per_tenant < p_max_rows
-               AND (SELECT count(*) FROM unnest(v_tenants) AS x WHERE x = v_round_tenants[v_i]) >= p_per_tenant THEN
-                v_capped := v_capped || v_round_tenants[v_i];
-            END IF;
-        END LOOP;
+        IF p_per_tenant >= p_max_rows THEN
+            -- No tenant can reach its cap in this claim: the round is taken whole, one
+            -- concatenation per array (a per-row append copies the array every time).
+            v_ctids := v_ctids || v_round_ctids;
+            v_tenants := v_tenants || v_round_tenants;
+            v_queues := v_queues || v_round_queues;
+            v_keys := v_keys || v_round_keys;
+            v_pre_visible := v_pre_visible || v_round_visible;
+            v_fair_ranks := v_fair_ranks || array_fill(NULL::integer, ARRAY[cardinality(v_round_ctids)]);
+            v_remaining := v_remaining - cardinality(v_round_ctids);
+        ELSE
+            -- A row is taken while its tenant's count (earlier rounds, then this round in
+            -- order) stays within the cap; rows over it were locked by the round's statement
+            -- but are not claimed, and their locks end with this claim's transaction.
+            SELECT v_ctids || coalesce(array_agg(r.row_id ORDER BY r.ord), '{}'),
+                   v_tenants || coalesce(array_agg(r.tenant ORDER BY r.ord), '{}'),
+                   v_queues || coalesce(array_agg(r.queue ORDER BY r.ord), '{}'),
+                   v_keys || coalesce(array_agg(r.timer_key ORDER BY r.ord), '{}'),
+                   v_pre_visible || coalesce(array_agg(r.visible ORDER BY r.ord), '{}'),
+                   v_fair_ranks || coalesce(array_agg(NULL::integer ORDER BY r.ord), '{}')
+            INTO v_ctids, v_tenants, v_queues, v_keys, v_pre_visible, v_fair_ranks
+            FROM (
+                SELECT u.*, count(*) OVER (PARTITION BY u.tenant ORDER BY u.ord)
+                            + (SELECT count(*) FROM unnest(v_tenants) AS x WHERE x = u.tenant) AS nth
+                FROM unnest(v_round_ctids, v_round_tenants, v_round_queues, v_round_keys, v_round_visible)
+                     WITH ORDINALITY AS u(row_id, tenant, queue, timer_key, visible, ord)
+                WHERE u.tenant <> ALL (v_capped)
+            ) AS r
+            WHERE r.nth <= p_per_tenant;
+            v_remaining := p_max_rows - cardinality(v_ctids);
+            SELECT v_capped || coalesce(array_agg(c.tenant), '{}') INTO v_capped
+            FROM (SELECT x AS tenant FROM unnest(v_tenants) AS x
+                  GROUP BY x HAVING count(*) >= p_per_tenant) AS c
+            WHERE c.tenant <> ALL (v_capped);
+        END IF;
         -- Shards that gave their whole share may have more; the others are drained for now.
         SELECT coalesce(array_agg(full_shard.shard ORDER BY full_shard.first_seen), '{}') INTO v_next_active
         FROM (SELECT g.shard, min(g.ord) AS first_seen

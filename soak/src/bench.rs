@@ -17,7 +17,14 @@ use crate::run::{Run, Spread, Workload};
 pub struct Bench {
     pub backlog: u32,
     pub payload_bytes: u32,
+    /// Rows per statement of the limit: the shipped claim batch.
+    #[serde(default)]
+    pub limit_batch: u32,
+    /// The mean of the limit measured before and after the sweeper's runs.
     pub limit_per_s: f64,
+    /// Each measurement of the limit, in order (their spread is the rig's drift during the run).
+    #[serde(default)]
+    pub limit_runs_per_s: Vec<f64>,
     /// (brokers, drain rate, share of the limit).
     pub sweeper_per_s: Vec<(u32, f64, f64)>,
     /// (pending timers, probe latency).
@@ -32,13 +39,16 @@ pub struct Bench {
 const BACKLOG: u32 = 200_000;
 const PAYLOAD: u32 = 512;
 const SPREAD: (u32, u32, u32) = (3, 4, 8);
+/// Rows per statement of the limit: the sweeper's shipped claim batch, so both pay the same
+/// number of round trips and commits.
+const LIMIT_BATCH: u32 = queen_sweeper::config::knob::CLAIM_BATCH.default as u32;
 /// Probe calls per pending level.
 const PROBES: u32 = 300;
 
 pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
-    let limit_per_s = limit(run).await?;
-    eprintln!("soak: bench: physical limit {limit_per_s:.0} timers/s");
-    let mut sweeper_per_s = Vec::new();
+    let before = limit(run).await?;
+    eprintln!("soak: bench: physical limit {before:.0} timers/s (before the sweeper's runs)");
+    let mut rates = Vec::new();
     for brokers in [1u32, 2, 4] {
         let mut w = Workload::quiet(&format!("bench {brokers} broker(s)"), seconds);
         w.brokers = brokers;
@@ -47,12 +57,24 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
         (w.tenants, w.queues, w.partitions) = SPREAD;
         let result = run.execute(&w, &format!("bench_{brokers}")).await?;
         let rate = result.busy_fired_per_s();
-        eprintln!(
-            "soak: bench: {brokers} broker(s) {rate:.0} timers/s ({:.0}% of the limit)",
-            rate / limit_per_s * 100.0
-        );
-        sweeper_per_s.push((brokers, rate, (rate / limit_per_s * 1000.0).round() / 10.0));
+        eprintln!("soak: bench: {brokers} broker(s) {rate:.0} timers/s");
+        rates.push((brokers, rate));
     }
+    // Measured again after, so drift of a shared machine during the run shows in the report
+    // instead of skewing every share one way.
+    let after = limit(run).await?;
+    let limit_per_s = (before + after) / 2.0;
+    eprintln!(
+        "soak: bench: physical limit {after:.0} timers/s (after); {limit_per_s:.0} on average"
+    );
+    let sweeper_per_s = rates
+        .into_iter()
+        .map(|(brokers, rate)| {
+            let share = (rate / limit_per_s * 1000.0).round() / 10.0;
+            eprintln!("soak: bench: {brokers} broker(s) at {share}% of the limit");
+            (brokers, rate, share)
+        })
+        .collect();
     let probe_ms = probe_latency(run).await?;
     let peak_rss_kib = peak_rss(run, seconds).await?;
     let idle = run
@@ -64,7 +86,9 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
     Ok(Bench {
         backlog: BACKLOG,
         payload_bytes: PAYLOAD,
+        limit_batch: LIMIT_BATCH,
         limit_per_s: (limit_per_s * 10.0).round() / 10.0,
+        limit_runs_per_s: vec![before.round(), after.round()],
         sweeper_per_s,
         probe_ms,
         peak_rss_kib,
@@ -72,7 +96,7 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
     })
 }
 
-/// The limit: set-based batches of 200 on one connection until the backlog is gone.
+/// The limit: set-based batches of [`LIMIT_BATCH`] on one connection until the backlog is gone.
 async fn limit(run: &Run<'_>) -> Result<f64, String> {
     let db = RunDb::create(run.server_url, "bench_limit").await?;
     db.backlog(BACKLOG, -1, PAYLOAD, SPREAD, "limit").await?;
@@ -102,7 +126,7 @@ async fn limit(run: &Run<'_>) -> Result<f64, String> {
     let mut cursor = "(0,0)".to_owned();
     for _ in 0..BACKLOG {
         let (n, last): (i64, Option<String>) = sqlx::query_as(MOVE_BATCH)
-            .bind(200i64)
+            .bind(i64::from(LIMIT_BATCH))
             .bind(&cursor)
             .fetch_one(&mut connection)
             .await

@@ -53,6 +53,13 @@ pub struct Workload {
     /// Instead of a steady stream: every `burst_every_s` seconds, `timers_per_s × burst_every_s`
     /// timers in one call, all due `timer_delay_ms.0` later.
     pub burst_every_s: Option<u64>,
+    /// Timers already due whose rows another transaction holds locked (`FOR UPDATE`) for the
+    /// whole load phase, as a client transaction rescheduling a due timer, or a broker's claim
+    /// stalled mid-transaction, would. Every probe counts them due; every claim skips them.
+    /// They are not in the lateness (their delay is the run's length by construction) and fire
+    /// when the lock goes, before the drain.
+    #[serde(default)]
+    pub hold_due_locked: u32,
 }
 
 impl Workload {
@@ -84,6 +91,7 @@ impl Workload {
             fillfactor: None,
             schedule_without_wake: false,
             burst_every_s: None,
+            hold_due_locked: 0,
         }
     }
 
@@ -141,6 +149,12 @@ impl Workload {
             parts.push(format!(
                 "{} KV puts/s, TTL {}-{} ms",
                 self.kv_per_s, self.kv_ttl_ms.0, self.kv_ttl_ms.1
+            ));
+        }
+        if self.hold_due_locked > 0 {
+            parts.push(format!(
+                "{} due timers held locked by another transaction",
+                self.hold_due_locked
             ));
         }
         if !self.knobs.is_empty() {
@@ -310,6 +324,11 @@ impl Run<'_> {
             .execute(&db.pool)
             .await
             .map_err(|e| e.to_string())?;
+        // Locked before any broker exists, so no claim can take them first.
+        let held = match w.hold_due_locked {
+            0 => None,
+            n => Some(hold_due_locked(db, w, n).await?),
+        };
 
         let mut brokers = Vec::new();
         for i in 1..=w.brokers {
@@ -358,6 +377,13 @@ impl Run<'_> {
         for task in tasks {
             task.await
                 .map_err(|e| format!("a load task panicked: {e}"))??;
+        }
+        if let Some(mut holder) = held {
+            sqlx::raw_sql("ROLLBACK")
+                .execute(&mut holder)
+                .await
+                .map_err(|e| format!("cannot release the held rows: {e}"))?;
+            let _ = holder.close().await;
         }
         self.drain(db, w, &brokers).await?;
         let seconds = (clock::monotonic_now() - started).as_secs_f64();
@@ -562,6 +588,39 @@ impl Run<'_> {
         );
         Ok(())
     }
+}
+
+/// Inserts `n` due timers (kept out of the lateness) and returns a connection whose open
+/// transaction holds every one of their rows locked.
+async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, String> {
+    db.backlog(
+        n,
+        -1,
+        w.payload_bytes,
+        (w.tenants, w.queues, w.partitions),
+        "held",
+    )
+    .await?;
+    let fail = |e: sqlx::Error| format!("cannot hold the due rows locked: {e}");
+    sqlx::query("DELETE FROM soak_expected WHERE txn LIKE 'held-%'")
+        .execute(&db.pool)
+        .await
+        .map_err(fail)?;
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail)?;
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut holder)
+        .await
+        .map_err(fail)?;
+    let locked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE txn LIKE 'held-%' FOR UPDATE) l",
+    )
+    .fetch_one(&mut holder)
+    .await
+    .map_err(fail)?;
+    if locked != i64::from(n) {
+        return Err(format!("held {locked} of {n} due rows locked"));
+    }
+    Ok(holder)
 }
 
 /// Schedules `timers_per_s` through the brokers' seams in round robin, a call every 10 ms (or
