@@ -201,6 +201,7 @@ macro_rules! conformance {
 
 conformance![
     a_claim_takes_due_rows_once_each_with_its_own_token,
+    a_claim_takes_at_most_per_tenant_rows_of_one_tenant_and_fills_from_the_others,
     a_fire_with_live_tokens_fires_once_and_again_is_stale,
     two_segments_of_one_destination_are_refused_with_22023,
     the_probe_counts_due_rows_up_to_its_cap,
@@ -252,6 +253,54 @@ async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) 
         again.is_empty(),
         "held rows are not claimed twice: {again:?}"
     );
+}
+
+async fn a_claim_takes_at_most_per_tenant_rows_of_one_tenant_and_fills_from_the_others<
+    B: Backend,
+>(
+    b: &B,
+) {
+    b.schedule(
+        "big",
+        (0..20).map(|i| schedule(&format!("b{i}"), -10)).collect(),
+    )
+    .await;
+    b.schedule(
+        "small",
+        (0..3).map(|i| schedule(&format!("s{i}"), -10)).collect(),
+    )
+    .await;
+    let slot = slot().await;
+    let per_tenant = |claimed: &[queen_sweeper::store::ClaimedTimer]| {
+        let mut counts = std::collections::BTreeMap::new();
+        for c in claimed {
+            *counts.entry(c.destination.tenant.clone()).or_insert(0u32) += 1;
+        }
+        counts.into_iter().collect::<Vec<_>>()
+    };
+    let first = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 4, None)
+        .await
+        .expect("claim");
+    assert_eq!(
+        per_tenant(&first),
+        [("big".to_owned(), 4), ("small".to_owned(), 3)],
+        "the cap stops the big tenant at 4; the small one is taken whole"
+    );
+    // The rows over the cap were only locked by that claim, not claimed: the next takes them.
+    let second = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 4, None)
+        .await
+        .expect("claim");
+    assert_eq!(per_tenant(&second), [("big".to_owned(), 4)]);
+    let uncapped = b
+        .store()
+        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .await
+        .expect("claim");
+    assert_eq!(per_tenant(&uncapped), [("big".to_owned(), 10)]);
 }
 
 async fn a_fire_with_live_tokens_fires_once_and_again_is_stale<B: Backend>(b: &B) {

@@ -71,7 +71,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
     vec![
         Sweep {
             setting: LEASE,
-            shipped: 30_000,
+            shipped: knob::LEASE_MS.default,
             values: vec![100, 200, 500, 1_000, 4_000, 30_000],
             symptom: "a fire that outlives its lease under push load: segments come back stale or fires time out",
             metric_name: "stale segments + failed calls",
@@ -108,7 +108,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
-            shipped: 5_000,
+            shipped: knob::CYCLE_MAX_ROWS.default,
             values: vec![200, 1_000, 5_000, 20_000],
             symptom: "a short pass re-probes and sleeps the floor between passes: a backlog drains slowly",
             metric_name: "drain rate (timers/s, one broker)",
@@ -128,7 +128,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MAX_FIRE_BYTES",
-            shipped: 1024 * 1024,
+            shipped: knob::MAX_FIRE_BYTES.default,
             values: vec![
                 0,
                 256 * 1024,
@@ -160,7 +160,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MAX_SLEEP_MS",
-            shipped: 1_000,
+            shipped: knob::MAX_SLEEP_MS.default,
             values: vec![250, 1_000, 4_000],
             symptom: "a timer committed where no local wake reaches (another broker) waits up to the ceiling",
             metric_name: "lateness p99 (ms) of timers scheduled with no wake",
@@ -185,7 +185,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS",
-            shipped: 25,
+            shipped: knob::EMPTY_CLAIM_MIN_MS.default,
             values: vec![5, 25, 100],
             symptom: "after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows",
             metric_name: "probe + claim calls/s, all brokers, with one due row held locked",
@@ -216,7 +216,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MIN_SLEEP_MS",
-            shipped: 5,
+            shipped: knob::MIN_SLEEP_MS.default,
             values: vec![1, 5, 50, 200],
             symptom: "a floor too long leaves due work waiting between passes; a shorter one probes more for nothing",
             metric_name: "drain rate (timers/s, one broker, shipped pass budget)",
@@ -238,7 +238,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_KV_EXPIRE_EVERY_MS",
-            shipped: 1_000,
+            shipped: knob::KV_EXPIRE_EVERY_MS.default,
             values: vec![250, 1_000, 4_000, 16_000],
             symptom: "a prune slower than the expiry rate: expired-but-present rows grow without bound (reads stay correct; the heap grows for good)",
             metric_name: "growth of expired-not-pruned (rows/s, second half of the run), prune batch 50",
@@ -257,7 +257,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         },
         Sweep {
             setting: "QUEEN_KV_EXPIRE_BATCH",
-            shipped: 1_000,
+            shipped: knob::KV_EXPIRE_BATCH.default,
             values: vec![1, 5, 50, 1_000],
             symptom: "a prune budget smaller than the expiry rate: expired-but-present rows grow without bound",
             metric_name: "growth of expired-not-pruned (rows/s, second half of the run)",

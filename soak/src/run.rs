@@ -297,7 +297,7 @@ impl Run<'_> {
             }
         }
         if w.pending_future > 0 {
-            db.backlog(
+            db.backlog_unpromised(
                 w.pending_future,
                 7 * 24 * 3_600_000,
                 w.payload_bytes,
@@ -305,10 +305,6 @@ impl Run<'_> {
                 "future",
             )
             .await?;
-            sqlx::query("DELETE FROM soak_expected WHERE txn LIKE 'future-%'")
-                .execute(&db.pool)
-                .await
-                .map_err(|e| e.to_string())?;
         }
         if w.backlog > 0 {
             db.backlog(
@@ -593,7 +589,7 @@ impl Run<'_> {
 /// Inserts `n` due timers (kept out of the lateness) and returns a connection whose open
 /// transaction holds every one of their rows locked.
 async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, String> {
-    db.backlog(
+    db.backlog_unpromised(
         n,
         -1,
         w.payload_bytes,
@@ -602,17 +598,13 @@ async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgCon
     )
     .await?;
     let fail = |e: sqlx::Error| format!("cannot hold the due rows locked: {e}");
-    sqlx::query("DELETE FROM soak_expected WHERE txn LIKE 'held-%'")
-        .execute(&db.pool)
-        .await
-        .map_err(fail)?;
     let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail)?;
     sqlx::raw_sql("BEGIN")
         .execute(&mut holder)
         .await
         .map_err(fail)?;
     let locked: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE txn LIKE 'held-%' FOR UPDATE) l",
+        "SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE starts_with(txn, 'held-') FOR UPDATE) l",
     )
     .fetch_one(&mut holder)
     .await
