@@ -33,7 +33,8 @@
 -- [measured 2026-12-02] QUEEN_SWEEPER_CLAIM_BATCH = 200
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_CLAIM_BATCH=200
 --   symptom:  small claims pay a round trip for a few rows: a backlog drains slowly
---   observed: drain rate (timers/s, one broker) per value: 10: 2572; 50: 7212; 200: 13167; 800: 18008; 2000: 19154. Edge of the symptom: 800. THE SHIPPED VALUE SHOWS THE SYMPTOM. Kept at 200 for now: at 800 the three-broker e2e test (10 000 timers due within 0.5 s) saw a timer 4.1 s late on 2026-12-03; lateness and work sharing at 800 are not measured yet.
+--   observed: drain rate (timers/s, one broker) per value: 10: 2572; 50: 7212; 200: 13167; 800: 18008; 2000: 19154. Edge of the symptom: 800. THE SHIPPED VALUE SHOWS THE SYMPTOM.
+-- decision (kept by apply-blocks, which replaces only the block above): CLAIM_BATCH stays at 200. At 800 the three-broker e2e test (10 000 timers due within 0.5 s) saw a timer 4.1 s late on 2026-12-03 (200: max 1.5 s); lateness and work sharing at 800 are not measured yet.
 -- [measured 2026-12-02] QUEEN_SWEEPER_CYCLE_MAX_ROWS = 5000
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_CLAIM_BATCH=200 QUEEN_SWEEPER_CYCLE_MAX_ROWS=5000
 --   symptom:  a short pass re-probes and sleeps the floor between passes: a backlog drains slowly
@@ -50,14 +51,14 @@
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_MIN_SLEEP_MS=5 QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25
 --   symptom:  a floor too long leaves due work waiting between passes; a shorter one probes more for nothing
 --   observed: drain rate (timers/s, one broker, shipped pass budget) (probes/s in brackets) per value: 1: 13718 (1.3); 5: 12688 (1.3); 50: 11431 (1.3); 200: 8964 (1.2). Edge of the symptom: 5. the shipped value is on the safe side.
--- [measured 2026-12-02] QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS = 25
---   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
---   symptom:  after an empty claim, coming back at once is a spin: probes and claims that find nothing while another broker drains
---   observed: probe + claim calls/s, all brokers per value: 5: 17.5; 25: 17.0; 100: 17.3. Edge of the symptom: 5. the shipped value is on the safe side.
--- [measured 2026-12-02] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
---   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
---   symptom:  after an empty claim, coming back at once is a spin: probes and claims that find nothing while another broker drains
---   observed: probe + claim calls/s, all brokers per value: 5: 17.5; 25: 17.0; 100: 17.3. Edge of the symptom: 5. the shipped value is on the safe side.
+-- [measured 2026-12-03] QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS = 25
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=100), url; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
+--   symptom:  after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows
+--   observed: probe + claim calls/s, all brokers, with one due row held locked (lateness p99 (ms) of the bursts in brackets) per value: 5: 248 (185); 25: 83.7 (147); 100: 26.3 (415). Edge of the symptom: 25. the shipped value is on the safe side.
+-- [measured 2026-12-03] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=100), url; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
+--   symptom:  after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows
+--   observed: probe + claim calls/s, all brokers, with one due row held locked (lateness p99 (ms) of the bursts in brackets) per value: 5: 248 (185); 25: 83.7 (147); 100: 26.3 (415). Edge of the symptom: 25. the shipped value is on the safe side.
 -- [measured 2026-12-02] QUEEN_KV_EXPIRE_EVERY_MS = 1000
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, 400 KV puts/s, TTL 100-300 ms, QUEEN_KV_EXPIRE_BATCH=50 QUEEN_KV_EXPIRE_EVERY_MS=1000
 --   symptom:  a prune slower than the expiry rate: expired-but-present rows grow without bound (reads stay correct; the heap grows for good)

@@ -1,4 +1,5 @@
--- Dated blocks measured by `soak experiments` on 2026-12-02, rig 2c-24g-pg15.
+-- Dated blocks from `soak experiments`, written on 2026-12-03 by rig 2c-24g-pg15; each block names the
+-- day and the rig it was measured on (a run with --only keeps the other settings' blocks).
 -- Apply them with `soak apply-blocks <this directory>`.
 
 -- [measured 2026-12-02] QUEEN_KV_USAGE_EVERY_MS = 300000
@@ -31,15 +32,15 @@
 --   symptom:  a timer committed where no local wake reaches (another broker) waits up to the ceiling
 --   observed: lateness p99 (ms) of timers scheduled with no wake per value: 250: 41.2; 1000: 93.3; 4000: 2429. the shipped value is on the safe side.
 
--- [measured 2026-12-02] QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS = 25
---   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
---   symptom:  after an empty claim, coming back at once is a spin: probes and claims that find nothing while another broker drains
---   observed: probe + claim calls/s, all brokers per value: 5: 17.5; 25: 17.0; 100: 17.3. Edge of the symptom: 5. the shipped value is on the safe side.
+-- [measured 2026-12-03] QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS = 25
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=100), url; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
+--   symptom:  after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows
+--   observed: probe + claim calls/s, all brokers, with one due row held locked (lateness p99 (ms) of the bursts in brackets) per value: 5: 248 (185); 25: 83.7 (147); 100: 26.3 (415). Edge of the symptom: 25. the shipped value is on the safe side.
 
--- [measured 2026-12-02] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
---   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
---   symptom:  after an empty claim, coming back at once is a spin: probes and claims that find nothing while another broker drains
---   observed: probe + claim calls/s, all brokers per value: 5: 17.5; 25: 17.0; 100: 17.3. Edge of the symptom: 5. the shipped value is on the safe side.
+-- [measured 2026-12-03] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=100), url; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25 QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=200
+--   symptom:  after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows
+--   observed: probe + claim calls/s, all brokers, with one due row held locked (lateness p99 (ms) of the bursts in brackets) per value: 5: 248 (185); 25: 83.7 (147); 100: 26.3 (415). Edge of the symptom: 25. the shipped value is on the safe side.
 
 -- [measured 2026-12-02] QUEEN_SWEEPER_MIN_SLEEP_MS = 5
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_MIN_SLEEP_MS=5 QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25

@@ -32,10 +32,14 @@ impl Block {
     }
 }
 
-/// The blocks for `findings`, dated `date` (YYYY-MM-DD), on `rig`.
+/// The blocks for `findings`, each dated and described by the run that measured it; a finding
+/// without its own (written before findings carried them) falls back to `date` and `rig`.
 pub fn blocks(findings: &[Finding], rig: &Rig, date: &str) -> Vec<Block> {
     let mut out = Vec::new();
+    let this_rig = rig.describe();
     for finding in findings.iter().filter(|f| f.measured_shipped) {
+        let date = or_default(&finding.measured_on, date);
+        let rig = or_default(&finding.rig, &this_rig);
         let edge = match finding.threshold {
             Some(t) => format!(" Edge of the symptom: {t}."),
             None => String::new(),
@@ -59,7 +63,7 @@ pub fn blocks(findings: &[Finding], rig: &Rig, date: &str) -> Vec<Block> {
             out.push(Block {
                 lines: vec![
                     format!("-- [measured {date}] {setting} = {value}"),
-                    format!("--   rig:      {}; {}", rig.describe(), finding.load),
+                    format!("--   rig:      {rig}; {}", finding.load),
                     format!("--   symptom:  {}", finding.symptom),
                     format!("--   observed: {}.{edge} {verdict}.", finding.observed),
                 ],
@@ -71,10 +75,14 @@ pub fn blocks(findings: &[Finding], rig: &Rig, date: &str) -> Vec<Block> {
     out
 }
 
+fn or_default<'a>(own: &'a str, fallback: &'a str) -> &'a str {
+    if own.is_empty() { fallback } else { own }
+}
+
 /// `blocks.sql`: every block, with a header saying where they came from.
 pub fn file_text(blocks: &[Block], rig: &Rig, date: &str) -> String {
     let mut text = format!(
-        "-- Dated blocks measured by `soak experiments` on {date}, rig {}.\n-- Apply them with `soak apply-blocks <this directory>`.\n\n",
+        "-- Dated blocks from `soak experiments`, written on {date} by rig {}; each block names the\n-- day and the rig it was measured on (a run with --only keeps the other settings' blocks).\n-- Apply them with `soak apply-blocks <this directory>`.\n\n",
         rig.label()
     );
     for block in blocks {
@@ -278,9 +286,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn blocks_round_trip_through_their_file() {
-        let rig = crate::rig::Rig {
+    fn rig() -> crate::rig::Rig {
+        crate::rig::Rig {
             cores: 2,
             memory_gib: 24,
             server_version: "PostgreSQL 15.18".into(),
@@ -290,7 +297,48 @@ mod tests {
             max_connections: "300".into(),
             fsync: "on".into(),
             provider: "local".into(),
-        };
+        }
+    }
+
+    fn finding(setting: &str, measured_on: &str, rig: &str) -> Finding {
+        Finding {
+            setting: setting.into(),
+            shipped: 30_000,
+            symptom: "s".into(),
+            observed: "o".into(),
+            threshold: Some(200),
+            shipped_ok: true,
+            load: "load".into(),
+            measured_shipped: true,
+            measured_on: measured_on.into(),
+            rig: rig.into(),
+            points: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_finding_kept_from_an_earlier_run_keeps_its_own_date_and_rig() {
+        let findings = [
+            finding("QUEEN_SWEEPER_LEASE_MS", "2026-12-02", "old rig"),
+            finding("QUEEN_SWEEPER_CLAIM_BATCH", "", ""),
+        ];
+        let out = blocks(&findings, &rig(), "2026-12-03");
+        assert_eq!(
+            out[0].lines[0],
+            "-- [measured 2026-12-02] QUEEN_SWEEPER_LEASE_MS = 30000"
+        );
+        assert_eq!(out[0].lines[1], "--   rig:      old rig; load");
+        // Without its own, a finding is this run's.
+        assert_eq!(
+            out[1].lines[0],
+            "-- [measured 2026-12-03] QUEEN_SWEEPER_CLAIM_BATCH = 30000"
+        );
+        assert!(out[1].lines[1].starts_with(&format!("--   rig:      {}; ", rig().describe())));
+    }
+
+    #[test]
+    fn blocks_round_trip_through_their_file() {
+        let rig = rig();
         let written = vec![
             block("QUEEN_SWEEPER_LEASE_MS", 30_000),
             block("log_timers fillfactor", 90),

@@ -188,6 +188,10 @@ async fn soak(cli: Cli) -> Result<(), String> {
                 only.as_deref(),
             )
             .await?;
+            for f in &mut findings {
+                f.measured_on.clone_from(&date);
+                f.rig = rig.describe();
+            }
             if only.is_some() {
                 // Keep the other settings' findings of an earlier run in the same directory.
                 findings = report::merge_findings(&out, findings)?;

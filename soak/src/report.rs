@@ -92,7 +92,7 @@ pub fn rebuild(dir: &Path) -> Result<(), String> {
         dir.file_name().and_then(|n| n.to_str()).unwrap_or("soak")
     );
     if let Some(rig) = &rig {
-        let _ = writeln!(page, "Rig: {}.\n", rig.describe());
+        let _ = writeln!(page, "Rig of the latest run: {}.\n", rig.describe());
     }
     if let Some(findings) = &findings {
         findings_table(&mut page, findings);
@@ -107,7 +107,8 @@ pub fn rebuild(dir: &Path) -> Result<(), String> {
         experiment_plots(&mut page, dir, findings)?;
     }
     let _ = writeln!(page, "## Raw data\n");
-    for file in [RIG, CANONICAL, EXPERIMENTS, BENCH, "blocks.sql"] {
+    // floor.md is written by hand: the bench's gap to its limit taken apart statement by statement.
+    for file in [RIG, CANONICAL, EXPERIMENTS, BENCH, "blocks.sql", "floor.md"] {
         if dir.join(file).exists() {
             let _ = writeln!(page, "- [`{file}`]({file})");
         }
@@ -117,25 +118,44 @@ pub fn rebuild(dir: &Path) -> Result<(), String> {
 
 fn findings_table(page: &mut String, findings: &[Finding]) {
     let _ = writeln!(page, "## Settings\n");
+    // Findings kept from earlier runs by `--only` carry their own day and rig; list every rig
+    // once and point to it.
+    let mut rigs: Vec<&str> = Vec::new();
+    for f in findings {
+        if !f.rig.is_empty() && !rigs.contains(&f.rig.as_str()) {
+            rigs.push(&f.rig);
+        }
+    }
     let _ = writeln!(
         page,
-        "| setting | shipped | edge of the symptom | shipped is safe | measured on | observed |"
+        "| setting | shipped | edge of the symptom | shipped is safe | measured | load | observed |"
     );
-    let _ = writeln!(page, "|---|---|---|---|---|---|");
+    let _ = writeln!(page, "|---|---|---|---|---|---|---|");
     for f in findings {
+        let measured = match rigs.iter().position(|r| *r == f.rig) {
+            Some(i) => format!("{} (rig {})", f.measured_on, i + 1),
+            None => "before findings were dated (see blocks.sql)".to_owned(),
+        };
         let _ = writeln!(
             page,
-            "| `{}` | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} | {} | {} |",
             f.setting,
             f.shipped,
             f.threshold
                 .map_or("none found in the sweep".to_owned(), |t| t.to_string()),
             if f.shipped_ok { "yes" } else { "**no**" },
+            measured,
             f.load,
             f.observed
         );
     }
     let _ = writeln!(page);
+    for (i, rig) in rigs.iter().enumerate() {
+        let _ = writeln!(page, "- rig {}: {rig}", i + 1);
+    }
+    if !rigs.is_empty() {
+        let _ = writeln!(page);
+    }
 }
 
 fn bench_table(page: &mut String, bench: &Bench) {
