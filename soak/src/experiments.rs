@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rig::Rig;
 use crate::run::{Run, RunResult, Workload};
 use queen_sweeper::config::knob;
 
@@ -308,17 +309,24 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
     ]
 }
 
-/// Runs every sweep (or those whose setting contains `only`), printing progress.
+/// Runs every sweep (or those whose setting contains `only`), printing progress. Each finding
+/// leaves stamped with the day (YYYY-MM-DD) and the rig it was measured on, so a later `--only`
+/// run that keeps it cannot re-date it.
 pub async fn run_all(
     run: &Run<'_>,
     scale: Scale,
     only: Option<&str>,
+    (measured_on, rig): (&str, &Rig),
 ) -> Result<Vec<Finding>, String> {
     let mut findings = Vec::new();
     if only.is_none_or(|o| USAGE.contains(o)) {
         findings.push(usage_cost(run).await?);
     }
-    let sweeps: Vec<Sweep> = sweeps(scale)
+    let all = sweeps(scale);
+    let names: Vec<&str> = std::iter::once(USAGE)
+        .chain(all.iter().map(|s| s.setting))
+        .collect();
+    let sweeps: Vec<Sweep> = all
         .into_iter()
         .filter(|s| only.is_none_or(|o| s.setting.contains(o)))
         .collect();
@@ -326,9 +334,6 @@ pub async fn run_all(
         && findings.is_empty()
         && sweeps.is_empty()
     {
-        let names: Vec<&str> = std::iter::once(USAGE)
-            .chain(self::sweeps(scale).iter().map(|s| s.setting))
-            .collect();
         return Err(format!(
             "--only {o:?} matches no setting; the settings are: {}",
             names.join(", ")
@@ -355,6 +360,11 @@ pub async fn run_all(
             });
         }
         findings.push(judge(&sweep, points));
+    }
+    let rig = rig.describe();
+    for f in &mut findings {
+        f.measured_on = measured_on.to_owned();
+        f.rig.clone_from(&rig);
     }
     Ok(findings)
 }

@@ -186,12 +186,9 @@ async fn soak(cli: Cli) -> Result<(), String> {
                     seconds: cli.seconds.unwrap_or(18),
                 },
                 only.as_deref(),
+                (&date, &rig),
             )
             .await?;
-            for f in &mut findings {
-                f.measured_on.clone_from(&date);
-                f.rig = rig.describe();
-            }
             if only.is_some() {
                 // Keep the other settings' findings of an earlier run in the same directory.
                 findings = report::merge_findings(&out, findings)?;
@@ -316,7 +313,8 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         );
     }
     check_delivery(&runs)?;
-    let findings = experiments::run_all(run, Scale { seconds: 8 }, Some("MAX_SLEEP")).await?;
+    let findings =
+        experiments::run_all(run, Scale { seconds: 8 }, Some("MAX_SLEEP"), (date, rig)).await?;
     let emitted = blocks::blocks(&findings, rig, date);
     if emitted.is_empty() {
         return Err("the smoke experiment measured no shipped value".into());
