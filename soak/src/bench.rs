@@ -20,12 +20,17 @@ pub struct Bench {
     /// Rows per statement of the limit: the shipped claim batch.
     #[serde(default)]
     pub limit_batch: u32,
-    /// The mean of the limit measured before and after the sweeper's runs.
+    /// The mean of every measurement of the limit.
     pub limit_per_s: f64,
-    /// Each measurement of the limit, in order (their spread is the rig's drift during the run).
+    /// Each measurement of the limit, in order: before the first sweeper run and after each
+    /// (their spread is the rig's drift during the run).
     #[serde(default)]
     pub limit_runs_per_s: Vec<f64>,
-    /// (brokers, drain rate, share of the limit).
+    /// (brokers, the mean of the limit measured just before and just after that run): what its
+    /// share is taken of. Empty in benches from before the limit bracketed each run.
+    #[serde(default)]
+    pub limit_around_per_s: Vec<(u32, f64)>,
+    /// (brokers, drain rate, share of the limit around the run).
     pub sweeper_per_s: Vec<(u32, f64, f64)>,
     /// (pending timers, probe latency).
     pub probe_ms: Vec<(u64, Spread)>,
@@ -46,9 +51,13 @@ const LIMIT_BATCH: u32 = queen_sweeper::config::knob::CLAIM_BATCH.default as u32
 const PROBES: u32 = 300;
 
 pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
-    let before = limit(run).await?;
-    eprintln!("soak: bench: physical limit {before:.0} timers/s (before the sweeper's runs)");
-    let mut rates = Vec::new();
+    // The limit is measured before and after every sweeper run, and each run is judged against
+    // the mean of the two around it: this rig's speed drifts (up to 1.8x within one bench), and
+    // one limit before all runs and one after left every share skewed by that drift.
+    let mut limits = vec![limit(run).await?];
+    eprintln!("soak: bench: physical limit {:.0} timers/s", limits[0]);
+    let mut sweeper_per_s = Vec::new();
+    let mut brackets = Vec::new();
     for brokers in [1u32, 2, 4] {
         let mut w = Workload::quiet(&format!("bench {brokers} broker(s)"), seconds);
         w.brokers = brokers;
@@ -57,24 +66,17 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
         (w.tenants, w.queues, w.partitions) = SPREAD;
         let result = run.execute(&w, &format!("bench_{brokers}")).await?;
         let rate = result.busy_fired_per_s();
-        eprintln!("soak: bench: {brokers} broker(s) {rate:.0} timers/s");
-        rates.push((brokers, rate));
+        let after = limit(run).await?;
+        let bracket = (limits[limits.len() - 1] + after) / 2.0;
+        limits.push(after);
+        let share = (rate / bracket * 1000.0).round() / 10.0;
+        eprintln!(
+            "soak: bench: {brokers} broker(s) {rate:.0} timers/s, limit after {after:.0}: {share}% of the {bracket:.0} around it"
+        );
+        sweeper_per_s.push((brokers, rate, share));
+        brackets.push((brokers, bracket.round()));
     }
-    // Measured again after, so drift of a shared machine during the run shows in the report
-    // instead of skewing every share one way.
-    let after = limit(run).await?;
-    let limit_per_s = (before + after) / 2.0;
-    eprintln!(
-        "soak: bench: physical limit {after:.0} timers/s (after); {limit_per_s:.0} on average"
-    );
-    let sweeper_per_s = rates
-        .into_iter()
-        .map(|(brokers, rate)| {
-            let share = (rate / limit_per_s * 1000.0).round() / 10.0;
-            eprintln!("soak: bench: {brokers} broker(s) at {share}% of the limit");
-            (brokers, rate, share)
-        })
-        .collect();
+    let limit_per_s = limits.iter().sum::<f64>() / limits.len() as f64;
     let probe_ms = probe_latency(run).await?;
     let peak_rss_kib = peak_rss(run, seconds).await?;
     let idle = run
@@ -88,7 +90,8 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
         payload_bytes: PAYLOAD,
         limit_batch: LIMIT_BATCH,
         limit_per_s: (limit_per_s * 10.0).round() / 10.0,
-        limit_runs_per_s: vec![before.round(), after.round()],
+        limit_runs_per_s: limits.iter().map(|l| l.round()).collect(),
+        limit_around_per_s: brackets,
         sweeper_per_s,
         probe_ms,
         peak_rss_kib,
@@ -168,6 +171,14 @@ async fn probe_latency(run: &Run<'_>) -> Result<Vec<(u64, Spread)>, String> {
                 .execute(&db.pool)
                 .await
                 .map_err(|e| e.to_string())?;
+            // The insert of a level sets off a checkpoint; without waiting for it here, its
+            // writes landed in the probes' p99 on two cores (11-14 ms at 100k and 1M in one bench,
+            // 1.3-1.5 ms by hand on the same tables). Needs superuser or pg_checkpoint.
+            if let Err(e) = sqlx::query("CHECKPOINT").execute(&db.pool).await {
+                eprintln!(
+                    "soak: bench: CHECKPOINT before the probes at {level} failed ({e}); the p99 may include its writes"
+                );
+            }
             pending = level;
         }
         let mut histogram =
