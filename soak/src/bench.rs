@@ -15,6 +15,9 @@ use crate::run::{Run, Spread, Workload};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bench {
+    /// The day it was measured (the directory's name is the day of the first run written there).
+    #[serde(default)]
+    pub measured_on: String,
     pub backlog: u32,
     pub payload_bytes: u32,
     /// Rows per statement of the limit: the shipped claim batch.
@@ -50,7 +53,7 @@ const LIMIT_BATCH: u32 = queen_sweeper::config::knob::CLAIM_BATCH.default as u32
 /// Probe calls per pending level.
 const PROBES: u32 = 300;
 
-pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
+pub async fn run(run: &Run<'_>, seconds: u64, date: &str) -> Result<Bench, String> {
     // The limit is measured before and after every sweeper run, and each run is judged against
     // the mean of the two around it: this rig's speed drifts (up to 1.8x within one bench), and
     // one limit before all runs and one after left every share skewed by that drift.
@@ -86,6 +89,7 @@ pub async fn run(run: &Run<'_>, seconds: u64) -> Result<Bench, String> {
         )
         .await?;
     Ok(Bench {
+        measured_on: date.to_owned(),
         backlog: BACKLOG,
         payload_bytes: PAYLOAD,
         limit_batch: LIMIT_BATCH,

@@ -6,6 +6,7 @@
 //! soak experiments [--only NAME]    one sweep per unmeasured setting (about 35 minutes here)
 //! soak bench                        the sweeper against the physical limit, probe p99, RSS, idle cost
 //! soak apply-blocks DIR             put DIR/blocks.sql in place of the markers in sql/
+//! soak report DIR                   rebuild DIR/report.md and its plots from the JSON there
 //! ```
 //!
 //! The database: `--database-url`/`DATABASE_URL`, else Docker (testcontainers) if an engine
@@ -71,6 +72,8 @@ enum Command {
     },
     /// The sweeper against the physical limit, probe p99 at 0-1M pending, peak RSS, idle cost.
     Bench,
+    /// Rebuild DIR/report.md and its plots from the JSON there (no database).
+    Report { dir: PathBuf },
     /// Replace the `[not measured]` markers in sql/ with DIR/blocks.sql.
     ApplyBlocks {
         dir: PathBuf,
@@ -87,6 +90,18 @@ fn main() -> ExitCode {
                 for line in applied {
                     println!("applied {line}");
                 }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("soak: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Command::Report { dir }) = &cli.command {
+        return match report::rebuild_existing(dir) {
+            Ok(()) => {
+                println!("wrote {}", dir.join("report.md").display());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -216,7 +231,7 @@ async fn soak(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         (Some(Command::Bench), _) => {
-            let bench = queen_soak::bench::run(&run, cli.seconds.unwrap_or(30)).await?;
+            let bench = queen_soak::bench::run(&run, cli.seconds.unwrap_or(30), &date).await?;
             report::write_json(&out, report::RIG, &rig)?;
             report::write_json(&out, report::BENCH, &bench)?;
             report::rebuild(&out)?;
@@ -227,7 +242,9 @@ async fn soak(cli: Cli) -> Result<(), String> {
             println!("wrote the bench to {}", out.display());
             Ok(())
         }
-        (Some(Command::ApplyBlocks { .. }), _) => unreachable!("handled before the runtime starts"),
+        (Some(Command::ApplyBlocks { .. } | Command::Report { .. }), _) => {
+            unreachable!("handled before the runtime starts")
+        }
         (None, false) => {
             let runs = canonical(&run, &cli, cli.seconds.unwrap_or(60)).await?;
             if let Some(dir) = &cli.out {

@@ -79,6 +79,22 @@ pub fn headline(result: &RunResult) -> String {
     )
 }
 
+/// [`rebuild`] for a directory a person named: it must exist and hold a run's JSON.
+pub fn rebuild_existing(dir: &Path) -> Result<(), String> {
+    if !dir.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let inputs = [RIG, CANONICAL, EXPERIMENTS, BENCH];
+    if !inputs.iter().any(|f| dir.join(f).exists()) {
+        return Err(format!(
+            "{} holds none of {}: nothing to report",
+            dir.display(),
+            inputs.join(", ")
+        ));
+    }
+    rebuild(dir)
+}
+
 /// Rebuilds `report.md` and the plots from the JSON in `dir`.
 pub fn rebuild(dir: &Path) -> Result<(), String> {
     let rig: Option<Rig> = read_json(dir, RIG)?;
@@ -160,6 +176,9 @@ fn findings_table(page: &mut String, findings: &[Finding]) {
 
 fn bench_table(page: &mut String, bench: &Bench) {
     let _ = writeln!(page, "## Bench: against the physical limit\n");
+    if !bench.measured_on.is_empty() {
+        let _ = writeln!(page, "Measured {}.\n", bench.measured_on);
+    }
     let runs = bench
         .limit_runs_per_s
         .iter()
@@ -399,4 +418,67 @@ fn line_chart(path: &Path, title: &str, lines: &[(String, Vec<(f64, f64)>)]) -> 
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bench(around: Vec<(u32, f64)>) -> Bench {
+        Bench {
+            measured_on: "2026-12-03".into(),
+            backlog: 200_000,
+            payload_bytes: 512,
+            limit_batch: 200,
+            limit_per_s: 19_000.0,
+            limit_runs_per_s: vec![20_000.0, 18_000.0],
+            limit_around_per_s: around,
+            sweeper_per_s: vec![(1, 7_000.0, 36.8), (2, 14_000.0, 73.7)],
+            probe_ms: Vec::new(),
+            peak_rss_kib: Vec::new(),
+            idle_calls_per_s: std::collections::BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn each_bench_run_is_shown_against_the_limit_measured_around_it() {
+        let mut page = String::new();
+        bench_table(&mut page, &bench(vec![(1, 19_500.0), (2, 19_000.0)]));
+        assert!(page.contains("Measured 2026-12-03."), "{page}");
+        assert!(
+            page.contains("| 1 | 7000 | 19500 | 36.8% | **missed** (< 70%) |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("| 2 | 14000 | 19000 | 73.7% | met (≥ 70%) |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("before the first sweeper run and after each (20000, 18000)"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn a_bench_from_before_the_brackets_is_shown_against_its_mean() {
+        let mut page = String::new();
+        bench_table(&mut page, &bench(Vec::new()));
+        assert!(page.contains("| 1 | 7000 | 19000 | 36.8% |"), "{page}");
+        assert!(
+            page.contains("before and after the sweeper's runs"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn a_report_of_a_missing_or_empty_directory_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("soak-report-test-{}", std::process::id()));
+        let missing = rebuild_existing(&dir).unwrap_err();
+        assert!(missing.contains("is not a directory"), "{missing}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = rebuild_existing(&dir).unwrap_err();
+        assert!(empty.contains("nothing to report"), "{empty}");
+        assert!(!dir.join("report.md").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
