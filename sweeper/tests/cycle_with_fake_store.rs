@@ -753,9 +753,18 @@ async fn the_drain_stops_claiming_once_half_the_lease_is_spent() {
 
 #[tokio::test]
 async fn a_batch_over_max_fire_bytes_is_split_into_fire_calls_under_the_cap() {
-    // 300 payload + 2 key + 200 overhead = 502 bytes a timer: at most two fit 1024 bytes.
+    // payload + 2 key + ROW_OVERHEAD_BYTES = 502 bytes a timer: at most two fit 1024 bytes.
     let rows: Vec<ClaimedTimer> = (0..7)
-        .map(|i| timer("t", "q", &format!("p{}", i % 2), &format!("k{i}"), 0, 300))
+        .map(|i| {
+            timer(
+                "t",
+                "q",
+                &format!("p{}", i % 2),
+                &format!("k{i}"),
+                0,
+                502 - 2 - drain::ROW_OVERHEAD_BYTES,
+            )
+        })
         .collect();
     assert!(rows.iter().all(|r| drain::fire_bytes(r) == 502));
     let fake = FakeStore::new();
@@ -1097,7 +1106,16 @@ async fn a_shutdown_during_a_slow_fire_lets_the_fire_finish_then_stops_without_a
 async fn a_shutdown_mid_batch_still_fires_every_claimed_row() {
     // Four 502-byte timers under a 1024-byte cap: one claim, two fire calls.
     let rows: Vec<ClaimedTimer> = (0..4)
-        .map(|i| timer("t", "q", "p", &format!("k{i}"), 0, 300))
+        .map(|i| {
+            timer(
+                "t",
+                "q",
+                "p",
+                &format!("k{i}"),
+                0,
+                502 - 2 - drain::ROW_OVERHEAD_BYTES,
+            )
+        })
         .collect();
     let fake = FakeStore::new();
     {
