@@ -84,24 +84,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::ApplyBlocks { dir, sql_dir }) = &cli.command {
-        return match blocks::apply(dir, sql_dir) {
-            Ok(applied) => {
-                for line in applied {
-                    println!("applied {line}");
+    // The commands that need no database, and no runtime.
+    let offline = match &cli.command {
+        Some(Command::ApplyBlocks { dir, sql_dir }) => Some(
+            blocks::apply(dir, sql_dir)
+                .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect()),
+        ),
+        Some(Command::Report { dir }) => Some(
+            report::rebuild_existing(dir)
+                .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),
+        ),
+        _ => None,
+    };
+    if let Some(outcome) = offline {
+        return match outcome {
+            Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
                 }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("soak: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if let Some(Command::Report { dir }) = &cli.command {
-        return match report::rebuild_existing(dir) {
-            Ok(()) => {
-                println!("wrote {}", dir.join("report.md").display());
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -1041,6 +1041,22 @@ async fn misaligned_fire_arrays_are_refused_and_nothing_is_written() {
             .await,
         ),
         (
+            // Both positions would lock the same row (a transaction's own lock does not skip)
+            // and append its message twice.
+            "one timer twice in one segment",
+            fire_raw(
+                &db.pool,
+                s(&["tenant"]),
+                s(&["q"]),
+                s(&["p"]),
+                vec![2],
+                s(&["k1", "k1"]),
+                vec![taken[0].token, taken[0].token],
+                At::NOW,
+            )
+            .await,
+        ),
+        (
             "two sizes for one segment",
             fire_raw(
                 &db.pool,
