@@ -180,7 +180,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use queen_sweeper::store::Destination;
+    use queen_sweeper::Destination;
     use uuid::Uuid;
 
     use super::*;

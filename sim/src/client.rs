@@ -2,24 +2,19 @@
 //! [`Store`] port (the real cycle runs on it unchanged), and [`SimTimerTx`] the schedule seam's
 //! transaction.
 //!
-//! Like `store::pg`, every call has a timeout (the statement timeout plus a grace), and a
+//! Like `PgStore`, every call has a timeout (the statement timeout plus the same grace), and a
 //! connection whose call failed or timed out is dropped, never reused.
 
 use std::time::Duration;
 
-use queen_sweeper::Error;
-use queen_sweeper::admission::{Maintenance, Slot};
-use queen_sweeper::store::{
-    ClaimedTimer, ExpireStep, FailOutcome, FailRow, FairRound, FireCall, Probe, SegmentOutcome,
-    ShardOrder, Store, Switch, SwitchStates, TimerRef, TimerTx, UsageStep,
+use queen_sweeper::{
+    ApplyResult, CLIENT_GRACE, ClaimRequest, Claimed, Error, ExpireStep, FailCause, FailOutcome,
+    FailRequest, FireCall, Maintenance, Probe, SegmentOutcome, ShardOrder, Slot, Store, Switch,
+    SwitchStates, TimerOp, TimerRef, TimerTx, UsageStep,
 };
-use queen_sweeper::timers::{ApplyResult, TimerOp};
 use turmoil::net::TcpStream;
 
 use crate::wire::{DB_PORT, Request, Response, read_frame, write_frame};
-
-/// Extra time a call may take beyond the statement timeout before the client gives up.
-pub const CLIENT_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub struct SimStore {
@@ -142,30 +137,25 @@ impl Store for SimStore {
     async fn claim(
         &self,
         _slot: &Slot<Maintenance>,
-        order: &ShardOrder,
-        lease: Duration,
-        max_rows: u32,
-        per_tenant: u32,
-        fair: Option<&mut FairRound>,
-    ) -> Result<Vec<ClaimedTimer>, Error> {
-        let (fair_tenants, fair_after) = fair
+        claim: &ClaimRequest,
+    ) -> Result<Claimed, Error> {
+        let (fair_tenants, fair_after) = claim
+            .fair
             .as_ref()
             .map_or((0, None), |f| (f.tenants, f.after.clone()));
         let request = Request::Claim {
-            shards: shards(order),
-            lease_ms: lease.as_millis() as u64,
-            max_rows,
-            per_tenant,
+            shards: shards(&claim.shards),
+            lease_ms: claim.lease.as_millis() as u64,
+            max_rows: claim.max_rows,
+            per_tenant: claim.per_tenant,
             fair_tenants,
             fair_after,
         };
         match self.call(request).await? {
-            Response::Claimed { rows, fair_next } => {
-                if let (Some(fair), Some(next)) = (fair, fair_next) {
-                    fair.after = Some(next);
-                }
-                Ok(rows)
-            }
+            Response::Claimed { rows, fair_next } => Ok(Claimed {
+                rows,
+                fair_after: fair_next.filter(|_| claim.fair.is_some()),
+            }),
             other => Err(unexpected("claim", &other)),
         }
     }
@@ -184,16 +174,13 @@ impl Store for SimStore {
     async fn fail(
         &self,
         _slot: &Slot<Maintenance>,
-        rows: &[FailRow],
-        error: &str,
-        transient: bool,
-        max_attempts: u32,
+        fail: &FailRequest,
     ) -> Result<Vec<FailOutcome>, Error> {
         let request = Request::Fail {
-            rows: rows.to_vec(),
-            error: error.to_owned(),
-            transient,
-            max_attempts,
+            rows: fail.rows.clone(),
+            error: fail.error.clone(),
+            transient: fail.cause == FailCause::Transient,
+            max_attempts: fail.max_attempts,
         };
         match self.call(request).await? {
             Response::Failed(outcomes) => Ok(outcomes),

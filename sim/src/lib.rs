@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`world`] | the turmoil world: host `db`, hosts `broker-i` running the real sweeper cycle, load hosts, faults, the two phases |
 //! | [`model`] | the modelled PostgreSQL: tables, statements mirroring `sql/`, locks, the WAL, costs |
+//! | [`naive`] | the seed's naive forms (claim then fire; the floor after an empty claim), on the sweeper's `Form` |
 //! | [`client`] | [`client::SimStore`], the sweeper's `Store` port over the simulated wire |
 //! | [`wire`] | requests and responses between brokers, load hosts and `db` |
 //! | [`checkers`] | the invariants, checked outside the model |
@@ -19,6 +20,7 @@ pub mod analysis;
 pub mod checkers;
 pub mod client;
 pub mod model;
+pub mod naive;
 pub mod report;
 pub mod rng;
 pub mod scenarios;

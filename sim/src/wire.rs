@@ -2,11 +2,11 @@
 //! each a length-prefixed JSON frame on a turmoil TCP stream. A connection carries at most one
 //! open schedule transaction, like a PostgreSQL session.
 
-use queen_sweeper::store::{
+use queen_sweeper::{ApplyResult, TimerOp};
+use queen_sweeper::{
     ClaimedTimer, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome, Switch,
     SwitchStates, TimerRef, UsageStep,
 };
-use queen_sweeper::timers::{ApplyResult, TimerOp};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 

@@ -7,18 +7,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use queen_sweeper::Config;
+use queen_sweeper::Destination;
+use queen_sweeper::Sweeper;
 use queen_sweeper::clock;
-use queen_sweeper::config::Config;
-use queen_sweeper::cycle::{EmptyClaimForm, Sweeper};
-use queen_sweeper::drain::DrainForm;
-use queen_sweeper::store::Destination;
-use queen_sweeper::timers::{Seam, TimerOp};
+use queen_sweeper::{Seam, TimerOp};
 use serde::Serialize;
 
 use crate::client::SimStore;
 use crate::model::ops::described_payload;
 use crate::model::server::{Costs, Db, serve};
 use crate::model::state::Us;
+use crate::naive::NaiveForms;
 use crate::rng::Rng;
 use crate::time::{EPOCH_UNIX_S, ORIGIN_US, elapsed_us, now_us, parse_us, us};
 use crate::wire::{
@@ -330,17 +330,10 @@ async fn broker(world: World, index: u32, jitter_seed: u64) -> turmoil::Result {
         broker_name(index),
         Box::new(move || rng.unit()),
     );
-    let drain = if world.naive_drain {
-        DrainForm::NaiveClaimThenFire
-    } else {
-        DrainForm::Shipped
-    };
-    let empty = if world.floor_after_empty_claim {
-        EmptyClaimForm::Floor
-    } else {
-        EmptyClaimForm::Jittered
-    };
-    let sweeper = sweeper.with_naive_forms(drain, empty);
+    let sweeper = sweeper.with_form(NaiveForms {
+        claim_then_fire: world.naive_drain,
+        floor_after_empty_claim: world.floor_after_empty_claim,
+    });
     tokio::spawn(seam_server(sweeper.seam(), store));
     sweeper.run().await;
     Ok(())
@@ -371,12 +364,11 @@ async fn schedule_through_seam(
     request: ScheduleRequest,
 ) -> ScheduleResponse {
     let attempt = async {
-        let mut tx = store.begin().await?;
-        let applied = seam
-            .apply(&mut tx, &request.tenant, &request.ops, clock::tokio_now())
+        let mut tx = seam.begin(store.begin().await?);
+        let results = tx
+            .apply(&request.tenant, &request.ops, clock::tokio_now())
             .await?;
-        let results = applied.results.clone();
-        let woke = seam.commit(tx, applied.wake).await?;
+        let woke = tx.commit().await?;
         Ok::<_, queen_sweeper::Error>(ScheduleResponse::Applied { results, woke })
     };
     attempt.await.unwrap_or_else(|e| ScheduleResponse::Failed {

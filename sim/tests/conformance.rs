@@ -8,15 +8,29 @@ use std::time::{Duration, SystemTime};
 use queen_sim::client::SimStore;
 use queen_sim::model::server::{Costs, Db, serve};
 use queen_sim::wire::{Request, Response};
-use queen_sweeper::admission::{Admission, Maintenance, Slot};
-use queen_sweeper::drain::plan_fire_calls;
-use queen_sweeper::store::pg::PgStore;
-use queen_sweeper::store::{
-    Destination, FailRow, FairRound, FireCall, HeldTimer, Segment, SegmentResult, ShardOrder,
-    Store, TimerTx,
+use queen_sweeper::{
+    Admission, ApplyResult, ApplyStatus, ClaimRequest, Destination, FailCause, FailRequest,
+    FailRow, FairRound, FireCall, HeldTimer, Maintenance, Payload, PgStore, Segment, SegmentResult,
+    ShardOrder, Slot, Store, TimerOp, TimerTx, plan_fire_calls,
 };
-use queen_sweeper::testing::TestDb;
-use queen_sweeper::timers::{ApplyResult, ApplyStatus, Payload, TimerOp};
+use queen_testdb::TestDb;
+
+/// A claim over all 64 shards with no fairness round.
+fn claim_of(lease: Duration, max_rows: u32, per_tenant: u32) -> ClaimRequest {
+    ClaimRequest {
+        per_tenant,
+        ..ClaimRequest::rows(ALL(), lease, max_rows)
+    }
+}
+
+fn fail_of(rows: Vec<FailRow>, error: &str, cause: FailCause, max_attempts: u32) -> FailRequest {
+    FailRequest {
+        rows,
+        error: error.to_owned(),
+        cause,
+        max_attempts,
+    }
+}
 
 /// What a contract check needs beyond the `Store` port.
 trait Backend {
@@ -236,9 +250,10 @@ async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) 
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     let mut keys: Vec<&str> = claimed.iter().map(|c| c.timer_key.as_str()).collect();
     keys.sort_unstable();
     assert_eq!(keys, ["due-0", "due-1", "due-2", "due-3", "due-4"]);
@@ -246,9 +261,10 @@ async fn a_claim_takes_due_rows_once_each_with_its_own_token<B: Backend>(b: &B) 
     assert_eq!(tokens.len(), 5);
     let again = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert!(
         again.is_empty(),
         "held rows are not claimed twice: {again:?}"
@@ -271,7 +287,7 @@ async fn a_claim_takes_at_most_per_tenant_rows_of_one_tenant_and_fills_from_the_
     )
     .await;
     let slot = slot().await;
-    let per_tenant = |claimed: &[queen_sweeper::store::ClaimedTimer]| {
+    let per_tenant = |claimed: &[queen_sweeper::ClaimedTimer]| {
         let mut counts = std::collections::BTreeMap::new();
         for c in claimed {
             *counts.entry(c.destination.tenant.clone()).or_insert(0u32) += 1;
@@ -280,9 +296,10 @@ async fn a_claim_takes_at_most_per_tenant_rows_of_one_tenant_and_fills_from_the_
     };
     let first = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 4, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 4))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert_eq!(
         per_tenant(&first),
         [("big".to_owned(), 4), ("small".to_owned(), 3)],
@@ -291,15 +308,17 @@ async fn a_claim_takes_at_most_per_tenant_rows_of_one_tenant_and_fills_from_the_
     // The rows over the cap were only locked by that claim, not claimed: the next takes them.
     let second = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 4, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 4))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert_eq!(per_tenant(&second), [("big".to_owned(), 4)]);
     let uncapped = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert_eq!(per_tenant(&uncapped), [("big".to_owned(), 10)]);
 }
 
@@ -312,9 +331,10 @@ async fn a_fire_with_live_tokens_fires_once_and_again_is_stale<B: Backend>(b: &B
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
     let first = b.store().fire(&slot, &call).await.expect("fire");
     assert!(
@@ -337,15 +357,16 @@ async fn two_segments_of_one_destination_are_refused_with_22023<B: Backend>(b: &
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     let destination = Destination {
         tenant: "t".into(),
         queue: "q".into(),
         partition: "p".into(),
     };
-    let segment = |c: &queen_sweeper::store::ClaimedTimer| Segment {
+    let segment = |c: &queen_sweeper::ClaimedTimer| Segment {
         destination: destination.clone(),
         timers: vec![HeldTimer {
             timer_key: c.timer_key.clone(),
@@ -388,23 +409,26 @@ async fn an_expired_lease_is_reclaimed_with_a_new_token_and_the_old_fire_is_stal
     let lease = Duration::from_millis(300);
     let first = b
         .store()
-        .claim(&slot, &ALL(), lease, 10, 10, None)
+        .claim(&slot, &claim_of(lease, 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert_eq!(first.len(), 1);
     assert!(
         b.store()
-            .claim(&slot, &ALL(), lease, 10, 10, None)
+            .claim(&slot, &claim_of(lease, 10, 10))
             .await
             .expect("claim")
+            .rows
             .is_empty()
     );
     b.sleep(Duration::from_millis(400)).await;
     let second = b
         .store()
-        .claim(&slot, &ALL(), lease * 100, 10, 10, None)
+        .claim(&slot, &claim_of(lease * 100, 10, 10))
         .await
-        .expect("reclaim");
+        .expect("reclaim")
+        .rows;
     assert_eq!(second.len(), 1);
     assert_ne!(first[0].token, second[0].token);
     let old = b
@@ -431,33 +455,39 @@ async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_th
     let slot = slot().await;
     let claimed = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     let row = |backoff_ms| FailRow {
         timer: claimed[0].timer_ref(),
         backoff: Duration::from_millis(backoff_ms),
     };
     let transient = b
         .store()
-        .fail(&slot, &[row(200)], "db away", true, 2)
+        .fail(
+            &slot,
+            &fail_of(vec![row(200)], "db away", FailCause::Transient, 2),
+        )
         .await
         .expect("fail");
     assert_eq!((transient[0].attempts, transient[0].exhausted), (0, false));
     assert!(
         b.store()
-            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+            .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
             .await
             .expect("claim")
+            .rows
             .is_empty(),
         "in backoff"
     );
     b.sleep(Duration::from_millis(300)).await;
     let again = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert_eq!(again.len(), 1);
     let failed_row = FailRow {
         timer: again[0].timer_ref(),
@@ -465,7 +495,10 @@ async fn a_transient_failure_spends_no_attempt_and_an_exhausted_timer_goes_to_th
     };
     let permanent = b
         .store()
-        .fail(&slot, &[failed_row], "poison", false, 1)
+        .fail(
+            &slot,
+            &fail_of(vec![failed_row], "poison", FailCause::Counted, 1),
+        )
         .await
         .expect("fail");
     assert_eq!((permanent[0].attempts, permanent[0].exhausted), (1, true));
@@ -538,9 +571,10 @@ async fn the_schedule_seam_answers_every_status<B: Backend>(b: &B) {
     let slot = slot().await;
     assert_eq!(
         b.store()
-            .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+            .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
             .await
             .expect("claim")
+            .rows
             .len(),
         1
     );
@@ -567,9 +601,10 @@ async fn the_fairness_round_serves_a_small_tenant_behind_a_big_backlog<B: Backen
     let slot = slot().await;
     let plain = b
         .store()
-        .claim(&slot, &ALL(), Duration::from_secs(30), 10, 10, None)
+        .claim(&slot, &claim_of(Duration::from_secs(30), 10, 10))
         .await
-        .expect("claim");
+        .expect("claim")
+        .rows;
     assert!(
         plain.iter().all(|c| c.destination.tenant == "big"),
         "without the round, visibility order wins"
@@ -582,14 +617,15 @@ async fn the_fairness_round_serves_a_small_tenant_behind_a_big_backlog<B: Backen
         .store()
         .claim(
             &slot,
-            &ALL(),
-            Duration::from_secs(30),
-            10,
-            10,
-            Some(&mut fair),
+            &ClaimRequest {
+                fair: Some(fair.clone()),
+                ..claim_of(Duration::from_secs(30), 10, 10)
+            },
         )
         .await
         .expect("claim");
+    fair.after = claimed.fair_after;
+    let claimed = claimed.rows;
     assert_eq!(claimed.len(), 10);
     assert!(
         claimed

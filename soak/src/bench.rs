@@ -49,7 +49,7 @@ const PAYLOAD: u32 = 512;
 const SPREAD: (u32, u32, u32) = (3, 4, 8);
 /// Rows per statement of the limit: the sweeper's shipped claim batch, so both pay the same
 /// number of round trips and commits.
-const LIMIT_BATCH: u32 = queen_sweeper::config::knob::CLAIM_BATCH.default as u32;
+const LIMIT_BATCH: u32 = queen_sweeper::knob::CLAIM_BATCH.default as u32;
 /// Probe calls per pending level.
 const PROBES: u32 = 300;
 

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use queen_sweeper::Config;
+use queen_sweeper::Metrics;
+use queen_sweeper::Sweeper;
 use queen_sweeper::clock;
-use queen_sweeper::config::Config;
-use queen_sweeper::cycle::Sweeper;
-use queen_sweeper::metrics::Metrics;
-use queen_sweeper::store::pg::{PgStore, connect_options};
-use queen_sweeper::timers::{Seam, TimerOp};
+use queen_sweeper::{PgStore, connect_options};
+use queen_sweeper::{Seam, TimerOp};
 use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -218,19 +218,16 @@ impl Broker {
     ) -> Result<Vec<Option<i64>>, String> {
         match self {
             Broker::InProcess { seam, store, .. } => {
-                let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
-                let applied = seam
-                    .apply(&mut tx, tenant, ops, clock::tokio_now())
+                let mut tx = seam.begin(store.begin_timer_tx().await.map_err(|e| e.to_string())?);
+                let results = tx
+                    .apply(tenant, ops, clock::tokio_now())
                     .await
                     .map_err(|e| e.to_string())?;
-                let promised = applied
-                    .results
+                let promised = results
                     .iter()
                     .map(|r| r.deliver_at.as_deref().and_then(epoch_us))
                     .collect();
-                seam.commit(tx, applied.wake)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                tx.commit().await.map_err(|e| e.to_string())?;
                 Ok(promised)
             }
             Broker::Process { listen, client, .. } => {
@@ -313,11 +310,11 @@ mod tests {
         metrics.kv_expired_not_pruned.set(17);
         metrics
             .timers
-            .get_or_create(&queen_sweeper::metrics::ResultLabel { result: "fired" })
+            .get_or_create(&queen_sweeper::ResultLabel { result: "fired" })
             .inc_by(5);
         metrics
             .segments
-            .get_or_create(&queen_sweeper::metrics::ResultLabel { result: "stale" })
+            .get_or_create(&queen_sweeper::ResultLabel { result: "stale" })
             .inc_by(2);
         let counters = Counters::parse(&metrics.render());
         assert_eq!(counters.fired, 5);

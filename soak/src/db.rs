@@ -63,7 +63,7 @@ impl RunDb {
             .connect_with(admin.clone().database(&name))
             .await
             .map_err(|e| format!("cannot connect to {name}: {e}"))?;
-        queen_sweeper::schema::apply(&pool)
+        queen_sweeper::apply_schema(&pool)
             .await
             .map_err(|e| format!("cannot apply the schema: {e}"))?;
         sqlx::raw_sql(EXPECTED_TABLE)

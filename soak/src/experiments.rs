@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rig::Rig;
 use crate::run::{Run, RunResult, Workload};
-use queen_sweeper::config::knob;
+use queen_sweeper::knob;
 
 /// A setting and what one sweep of it found.
 #[derive(Debug, Clone, Serialize, Deserialize)]

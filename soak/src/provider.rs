@@ -11,7 +11,7 @@ pub mod docker;
 
 use std::str::FromStr;
 
-use queen_sweeper::testing::cluster::{ClusterOptions, Listen, LocalCluster};
+use queen_testdb::cluster::{ClusterOptions, Listen, LocalCluster};
 use serde::Serialize;
 use sqlx::Connection;
 

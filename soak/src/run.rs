@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use queen_sweeper::Config;
 use queen_sweeper::clock;
-use queen_sweeper::config::Config;
-use queen_sweeper::timers::{Payload, TimerOp};
+use queen_sweeper::{Payload, TimerOp};
 use serde::Serialize;
 use sqlx::Connection;
 
@@ -631,7 +631,7 @@ async fn schedule_load(
             .connect(&url)
             .await
             .map_err(|e| e.to_string())?;
-        Some(queen_sweeper::store::pg::PgStore::from_pool(
+        Some(queen_sweeper::PgStore::from_pool(
             pool,
             Duration::from_secs(5),
         ))
@@ -718,11 +718,11 @@ async fn schedule_load(
 
 /// Applies `ops` in a transaction of its own and commits, with no seam: nothing is rung.
 async fn schedule_by_sql(
-    store: &queen_sweeper::store::pg::PgStore,
+    store: &queen_sweeper::PgStore,
     tenant: &str,
     ops: &[TimerOp],
 ) -> Result<Vec<Option<i64>>, String> {
-    use queen_sweeper::store::TimerTx as _;
+    use queen_sweeper::TimerTx as _;
     let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
     let results = tx.apply(tenant, ops).await.map_err(|e| e.to_string())?;
     tx.commit().await.map_err(|e| e.to_string())?;

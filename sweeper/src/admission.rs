@@ -2,7 +2,7 @@
 //!
 //! Inverting the two deadlocks the pool under load: tasks holding connections wait for slots
 //! while the tasks holding slots wait for connections. The order is enforced by types, not by
-//! care: every [`Store`](crate::store::Store) method takes a `&Slot<Maintenance>`, and the store
+//! care: every [`Store`](crate::Store) method takes a `&Slot<Maintenance>`, and the store
 //! only takes a connection inside the method. The sweeper runs in the maintenance lane and cannot
 //! name another: a `Slot<Push>` does not fit a store call.
 
@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A lane of work, named for metrics and logs.
 pub trait Lane: Send + Sync + 'static {
+    /// The lane's name.
     const NAME: &'static str;
 }
 
@@ -45,9 +46,13 @@ impl Lane for Maintenance {
 /// Slots per lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneSizes {
+    /// Producers' slots.
     pub push: usize,
+    /// Consumers' read slots.
     pub pop: usize,
+    /// Consumers' acknowledgement slots.
     pub ack: usize,
+    /// The sweeper's slots.
     pub maintenance: usize,
 }
 
@@ -81,6 +86,7 @@ pub struct Slot<L: Lane> {
 }
 
 impl Admission {
+    /// Lanes of `sizes` slots (a zero size still admits one call).
     pub fn new(sizes: LaneSizes) -> Admission {
         let lane = |n: usize| Arc::new(Semaphore::new(n.max(1)));
         Admission {
@@ -91,18 +97,22 @@ impl Admission {
         }
     }
 
+    /// Waits for a maintenance slot.
     pub async fn maintenance(&self) -> Slot<Maintenance> {
         Self::take(&self.maintenance).await
     }
 
+    /// Waits for a push slot.
     pub async fn push(&self) -> Slot<Push> {
         Self::take(&self.push).await
     }
 
+    /// Waits for a pop slot.
     pub async fn pop(&self) -> Slot<Pop> {
         Self::take(&self.pop).await
     }
 
+    /// Waits for an ack slot.
     pub async fn ack(&self) -> Slot<Ack> {
         Self::take(&self.ack).await
     }

@@ -23,6 +23,7 @@ pub enum Class {
 }
 
 impl Class {
+    /// The class's label in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Class::Transient => "transient",

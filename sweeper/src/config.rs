@@ -2,8 +2,9 @@
 //! [`Config::validate`]: a bad value fails at start, naming the variable, the value and what is
 //! allowed.
 //!
-//! None of the defaults is measured yet; `sql/001_log_schema.sql` carries one `[not measured]`
-//! marker per knob, which the soak replaces with a dated block.
+//! A default that the soak has measured carries a dated block in `sql/001_log_schema.sql` (the
+//! setting, the date, the rig, the symptom, the number observed); one that has not still carries
+//! its `[not measured]` marker there.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,16 +21,21 @@ pub const FORBIDDEN_SHARDS_VAR: &str = "QUEEN_SWEEPER_SHARDS";
 /// One knob: its variable, its default, its unit and bounds, and what it is for.
 #[derive(Debug, Clone, Copy)]
 pub struct Knob {
+    /// The environment variable.
     pub var: &'static str,
+    /// The value when the variable is unset.
     pub default: u64,
+    /// The smallest value allowed.
     pub min: u64,
+    /// The largest value allowed.
     pub max: u64,
+    /// What it is for, in the validation message.
     pub help: &'static str,
 }
 
 macro_rules! knobs {
     ($($name:ident = $var:literal, $default:expr, [$min:expr, $max:expr], $help:literal;)*) => {
-        $(pub const $name: Knob = Knob { var: $var, default: $default, min: $min, max: $max, help: $help };)*
+        $(#[doc = $help] pub const $name: Knob = Knob { var: $var, default: $default, min: $min, max: $max, help: $help };)*
         /// Every knob, in documentation order.
         pub const ALL: &[Knob] = &[$($name),*];
     };
@@ -76,19 +82,33 @@ pub mod knob {
 /// The validated knobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// `QUEEN_SWEEPER_MIN_SLEEP_MS`.
     pub sleep_ms_min: u64,
+    /// `QUEEN_SWEEPER_MAX_SLEEP_MS`.
     pub sleep_ms_max: u64,
+    /// `QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS`.
     pub empty_claim_ms_min: u64,
+    /// `QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS`.
     pub empty_claim_ms_max: u64,
+    /// `QUEEN_SWEEPER_LEASE_MS`.
     pub lease_ms: u64,
+    /// `QUEEN_SWEEPER_CLAIM_BATCH`.
     pub claim_batch: u32,
+    /// `QUEEN_SWEEPER_CYCLE_MAX_ROWS`.
     pub cycle_max_rows: u32,
+    /// `QUEEN_SWEEPER_MAX_FIRE_BYTES`.
     pub max_fire_bytes: u64,
+    /// `QUEEN_SWEEPER_DUE_CAP`.
     pub due_cap: u32,
+    /// `QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS`.
     pub statement_timeout_ms: u64,
+    /// `QUEEN_SWEEPER_MAX_ATTEMPTS`.
     pub max_attempts: u32,
+    /// `QUEEN_KV_EXPIRE_EVERY_MS`.
     pub kv_expire_every_ms: u64,
+    /// `QUEEN_KV_EXPIRE_BATCH`.
     pub kv_expire_batch: u32,
+    /// `QUEEN_KV_USAGE_EVERY_MS`.
     pub kv_usage_every_ms: u64,
 }
 
@@ -138,7 +158,7 @@ impl Config {
                 None => {
                     parsed.insert(knob.var, knob.default);
                 }
-                Some(raw) => match parse_knob(knob, raw) {
+                Some(raw) => match knob.parse(raw) {
                     Ok(value) => {
                         parsed.insert(knob.var, value);
                     }
@@ -176,7 +196,17 @@ impl Config {
 
     /// Checks every bound and every relation between knobs; the error lists every problem.
     pub fn validate(&self) -> Result<(), Error> {
-        let mut problems = Vec::new();
+        let mut problems = self.bound_problems();
+        problems.extend(self.relation_problems());
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(problems.join("\n")))
+        }
+    }
+
+    /// Each knob against its own bounds.
+    fn bound_problems(&self) -> Vec<String> {
         let single = [
             (&knob::MIN_SLEEP_MS, self.sleep_ms_min),
             (&knob::MAX_SLEEP_MS, self.sleep_ms_max),
@@ -193,95 +223,84 @@ impl Config {
             (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
             (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
         ];
-        for (knob, value) in single {
-            if !(knob.min..=knob.max).contains(&value) {
-                problems.push(out_of_range(knob, &value.to_string()));
-            }
-        }
-        let mut relation = |ok: bool, message: String| {
-            if !ok {
-                problems.push(message);
-            }
-        };
-        relation(
-            self.sleep_ms_min <= self.sleep_ms_max,
-            format!(
-                "{}={} is above {}={}: the floor must not exceed the ceiling",
-                knob::MIN_SLEEP_MS.var,
-                self.sleep_ms_min,
-                knob::MAX_SLEEP_MS.var,
-                self.sleep_ms_max
-            ),
-        );
-        relation(
-            self.empty_claim_ms_min <= self.empty_claim_ms_max,
-            format!(
-                "{}={} is above {}={}: the empty-claim band is inverted",
-                knob::EMPTY_CLAIM_MIN_MS.var,
-                self.empty_claim_ms_min,
-                knob::EMPTY_CLAIM_MAX_MS.var,
-                self.empty_claim_ms_max
-            ),
-        );
-        relation(
-            self.empty_claim_ms_max <= self.sleep_ms_max,
-            format!(
-                "{}={} is above {}={}: no sleep may exceed the ceiling, which is the cross-broker delivery bound",
-                knob::EMPTY_CLAIM_MAX_MS.var,
-                self.empty_claim_ms_max,
-                knob::MAX_SLEEP_MS.var,
-                self.sleep_ms_max
-            ),
-        );
-        relation(
-            self.empty_claim_ms_min >= self.sleep_ms_min,
-            format!(
-                "{}={} is below {}={}: backing off after an empty claim must not be faster than the floor",
-                knob::EMPTY_CLAIM_MIN_MS.var,
-                self.empty_claim_ms_min,
-                knob::MIN_SLEEP_MS.var,
-                self.sleep_ms_min
-            ),
-        );
-        relation(
-            self.lease_ms >= 2 * self.statement_timeout_ms,
-            format!(
-                "{}={} is shorter than twice {}={}: a pass stops claiming at half the lease, so a fire that may run for a whole statement timeout would outlive its lease and come back stale",
-                knob::LEASE_MS.var,
-                self.lease_ms,
-                knob::STATEMENT_TIMEOUT_MS.var,
-                self.statement_timeout_ms
-            ),
-        );
-        relation(
-            self.claim_batch <= self.cycle_max_rows,
-            format!(
-                "{}={} is above {}={}: one claim may not exceed the whole pass",
-                knob::CLAIM_BATCH.var,
-                self.claim_batch,
-                knob::CYCLE_MAX_ROWS.var,
-                self.cycle_max_rows
-            ),
-        );
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Config(problems.join("\n")))
-        }
+        single
+            .into_iter()
+            .filter(|(knob, value)| !(knob.min..=knob.max).contains(value))
+            .map(|(knob, value)| knob.out_of_range(&value.to_string()))
+            .collect()
     }
 
+    /// The relations between knobs: (holds, left, how it fails, right, why it matters).
+    fn relation_problems(&self) -> Vec<String> {
+        let relations = [
+            (
+                self.sleep_ms_min <= self.sleep_ms_max,
+                (&knob::MIN_SLEEP_MS, self.sleep_ms_min),
+                "is above",
+                (&knob::MAX_SLEEP_MS, self.sleep_ms_max),
+                "the floor must not exceed the ceiling",
+            ),
+            (
+                self.empty_claim_ms_min <= self.empty_claim_ms_max,
+                (&knob::EMPTY_CLAIM_MIN_MS, self.empty_claim_ms_min),
+                "is above",
+                (&knob::EMPTY_CLAIM_MAX_MS, self.empty_claim_ms_max),
+                "the empty-claim band is inverted",
+            ),
+            (
+                self.empty_claim_ms_max <= self.sleep_ms_max,
+                (&knob::EMPTY_CLAIM_MAX_MS, self.empty_claim_ms_max),
+                "is above",
+                (&knob::MAX_SLEEP_MS, self.sleep_ms_max),
+                "no sleep may exceed the ceiling, which is the cross-broker delivery bound",
+            ),
+            (
+                self.empty_claim_ms_min >= self.sleep_ms_min,
+                (&knob::EMPTY_CLAIM_MIN_MS, self.empty_claim_ms_min),
+                "is below",
+                (&knob::MIN_SLEEP_MS, self.sleep_ms_min),
+                "backing off after an empty claim must not be faster than the floor",
+            ),
+            (
+                self.lease_ms >= 2 * self.statement_timeout_ms,
+                (&knob::LEASE_MS, self.lease_ms),
+                "is shorter than twice",
+                (&knob::STATEMENT_TIMEOUT_MS, self.statement_timeout_ms),
+                "a pass stops claiming at half the lease, so a fire that may run for a whole statement timeout would outlive its lease and come back stale",
+            ),
+            (
+                self.claim_batch <= self.cycle_max_rows,
+                (&knob::CLAIM_BATCH, u64::from(self.claim_batch)),
+                "is above",
+                (&knob::CYCLE_MAX_ROWS, u64::from(self.cycle_max_rows)),
+                "one claim may not exceed the whole pass",
+            ),
+        ];
+        relations
+            .into_iter()
+            .filter(|(holds, ..)| !holds)
+            .map(|(_, (left, l), how, (right, r), why)| {
+                format!("{}={l} {how} {}={r}: {why}", left.var, right.var)
+            })
+            .collect()
+    }
+
+    /// The claim lease.
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
 
+    /// The server-side statement timeout.
     pub fn statement_timeout(&self) -> Duration {
         Duration::from_millis(self.statement_timeout_ms)
     }
 
+    /// The prune's cadence.
     pub fn kv_expire_every(&self) -> Duration {
         Duration::from_millis(self.kv_expire_every_ms)
     }
 
+    /// The rollup's cadence.
     pub fn kv_usage_every(&self) -> Duration {
         Duration::from_millis(self.kv_usage_every_ms)
     }
@@ -312,31 +331,34 @@ impl Config {
     }
 }
 
-/// Parses one knob's raw value, bounds included; the error names the variable, the value and the
-/// allowed range. Shared with the API's limits (`crate::api::limits`).
-pub(crate) fn parse_knob(knob: &Knob, raw: &str) -> Result<u64, String> {
-    let trimmed = raw.trim();
-    if trimmed.starts_with('-') {
-        return Err(out_of_range(knob, raw));
+impl Knob {
+    /// Parses a raw value, bounds included; the error names the variable, the value and the
+    /// allowed range. The broker's API limits use it too.
+    pub fn parse(&self, raw: &str) -> std::result::Result<u64, String> {
+        let trimmed = raw.trim();
+        if trimmed.starts_with('-') {
+            return Err(self.out_of_range(raw));
+        }
+        let value: u64 = trimmed.parse().map_err(|_| {
+            format!(
+                "{}={raw:?} is not a whole number; allowed: an integer in {}..={} ({})",
+                self.var, self.min, self.max, self.help
+            )
+        })?;
+        if (self.min..=self.max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(self.out_of_range(raw))
+        }
     }
-    let value: u64 = trimmed.parse().map_err(|_| {
-        format!(
-            "{}={raw:?} is not a whole number; allowed: an integer in {}..={} ({})",
-            knob.var, knob.min, knob.max, knob.help
-        )
-    })?;
-    if (knob.min..=knob.max).contains(&value) {
-        Ok(value)
-    } else {
-        Err(out_of_range(knob, raw))
-    }
-}
 
-pub(crate) fn out_of_range(knob: &Knob, raw: &str) -> String {
-    format!(
-        "{}={raw:?} is out of range; allowed: an integer in {}..={} ({})",
-        knob.var, knob.min, knob.max, knob.help
-    )
+    /// The message for a value outside the knob's bounds.
+    pub fn out_of_range(&self, raw: &str) -> String {
+        format!(
+            "{}={raw:?} is out of range; allowed: an integer in {}..={} ({})",
+            self.var, self.min, self.max, self.help
+        )
+    }
 }
 
 #[cfg(test)]

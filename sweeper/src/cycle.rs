@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -22,15 +23,14 @@ use crate::admission::{Admission, LaneSizes};
 use crate::classify::Class;
 use crate::clock;
 use crate::config::Config;
-#[cfg(feature = "naive-forms")]
-use crate::drain::DrainForm;
 use crate::drain::{DrainLimits, DrainReport, DrainStop, Drainer};
 use crate::metrics::{Metrics, PhaseLabel};
-use crate::sleep::{Bands, Outcome, sleep_for};
-use crate::store::{FairRound, Probe, SHARD_COUNT, ShardOrder, Store};
+use crate::port::Store;
+use crate::seam::Seam;
+use crate::sleep::{Bands, PassOutcome, sleep_for};
 use crate::subclock::{SubClocks, SubclockReport};
 use crate::switches::Switches;
-use crate::timers::Seam;
+use crate::types::{FairRound, Probe, SHARD_COUNT, ShardOrder, stable_shard};
 use crate::waker::Waker;
 
 /// How often the kill switches are re-read from `queen.system_state`. Not measured.
@@ -40,14 +40,35 @@ pub const SWITCH_REFRESH: Duration = Duration::from_secs(5);
 /// round; see `FairRound`). Not measured: each costs one index seek and at most 64 row reads.
 pub const FAIR_TENANTS_PER_PASS: u32 = 32;
 
-/// What to do after an empty claim. Production can only name the jittered band; the 5 ms floor
-/// exists to reproduce the spin in the simulation (feature `naive-forms`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmptyClaimForm {
-    Jittered,
-    #[cfg(feature = "naive-forms")]
-    Floor,
+/// How a pass drains and what it does after an empty first claim. [`Shipped`] is the form the
+/// seed prescribes and the only one this crate provides; the simulation builds the seed's naive
+/// forms (claim the whole pass, then fire; the 5 ms floor after an empty claim) on this trait,
+/// from [`Drainer::claim`] and [`Drainer::fire_claimed`], to reproduce the livelock and the spin.
+pub trait Form<S: Store>: Send + Sync + 'static {
+    /// One pass of phase B. The shipped drain by default.
+    fn drain<'a>(
+        &'a self,
+        drainer: &'a Drainer<'a, S>,
+        shards: &'a ShardOrder,
+        limits: &'a DrainLimits,
+        fair: &'a mut FairRound,
+    ) -> BoxFuture<'a, DrainReport> {
+        Box::pin(drainer.drain(shards, limits, fair))
+    }
+
+    /// What the sleep is computed from when the probe saw due work but the pass's first claim
+    /// took nothing. The jittered band by default.
+    fn after_first_claim_empty(&self) -> PassOutcome {
+        PassOutcome::FirstClaimEmpty
+    }
 }
+
+/// The seed's cycle: claim and fire in the same iteration under the half-lease budget, and the
+/// jittered band after an empty first claim.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shipped;
+
+impl<S: Store> Form<S> for Shipped {}
 
 /// A source of jitter samples in [0, 1]. Production draws from the OS; the simulation from its
 /// seed.
@@ -56,11 +77,17 @@ pub type Jitter = Box<dyn FnMut() -> f64 + Send + Sync>;
 /// What one pass did, for tests, the simulation and the soak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassReport {
+    /// The shard the pass started at.
     pub start_shard: u8,
+    /// The probe's answer, unless it failed.
     pub probe: Option<Probe>,
+    /// The drain, if it ran.
     pub drain: Option<DrainReport>,
+    /// The sub-clocks.
     pub subclocks: SubclockReport,
-    pub outcome: Outcome,
+    /// What the sleep was computed from.
+    pub outcome: PassOutcome,
+    /// The planned sleep.
     pub sleep: Duration,
 }
 
@@ -78,7 +105,7 @@ pub struct Sweeper<S> {
     jitter: Jitter,
     subclocks: SubClocks,
     limits: DrainLimits,
-    empty_claim_form: EmptyClaimForm,
+    form: Box<dyn Form<S>>,
     passes: u64,
     pressure: u32,
     switches_read_at: Option<Instant>,
@@ -115,6 +142,7 @@ impl<S: Store> Sweeper<S> {
         Sweeper {
             store,
             limits: DrainLimits::from_config(&config),
+            form: Box::new(Shipped),
             identity_shard: identity_shard(&identity),
             identity,
             admission: Admission::new(LaneSizes::default()),
@@ -124,7 +152,6 @@ impl<S: Store> Sweeper<S> {
             shutdown: CancellationToken::new(),
             jitter,
             subclocks,
-            empty_claim_form: EmptyClaimForm::Jittered,
             passes: 0,
             pressure: 0,
             switches_read_at: None,
@@ -154,29 +181,33 @@ impl<S: Store> Sweeper<S> {
         self
     }
 
-    #[cfg(feature = "naive-forms")]
-    pub fn with_naive_forms(mut self, drain: DrainForm, empty_claim: EmptyClaimForm) -> Self {
-        self.limits.form = drain;
-        self.empty_claim_form = empty_claim;
+    /// Drains in `form` instead of [`Shipped`] (the simulation's naive forms).
+    pub fn with_form(mut self, form: impl Form<S>) -> Self {
+        self.form = Box::new(form);
         self
     }
 
+    /// The local wake this sweeper sleeps on.
     pub fn waker(&self) -> &Waker {
         &self.waker
     }
 
+    /// The kill switches it obeys.
     pub fn switches(&self) -> &Switches {
         &self.switches
     }
 
+    /// Its series.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
+    /// Its admission lanes.
     pub fn admission(&self) -> &Admission {
         &self.admission
     }
 
+    /// Its port.
     pub fn store(&self) -> &Arc<S> {
         &self.store
     }
@@ -309,7 +340,10 @@ impl<S: Store> Sweeper<S> {
             metrics: &self.metrics,
             shutdown: &self.shutdown,
         };
-        let report = drainer.drain(shards, &self.limits, &mut self.fair).await;
+        let report = self
+            .form
+            .drain(&drainer, shards, &self.limits, &mut self.fair)
+            .await;
         self.observe_phase("drain", timer);
         report
     }
@@ -331,38 +365,32 @@ impl<S: Store> Sweeper<S> {
         };
     }
 
-    fn outcome(&self, probe: Option<&Probe>, drain: Option<&DrainReport>) -> Outcome {
+    fn outcome(&self, probe: Option<&Probe>, drain: Option<&DrainReport>) -> PassOutcome {
         let Some(probe) = probe else {
-            return Outcome::NothingDue; // the database is struggling: back off to the ceiling
+            return PassOutcome::NothingDue; // the database is struggling: back off to the ceiling
         };
         let idle = match probe.next_in_ms {
-            None => Outcome::NothingDue,
-            Some(next_in_ms) => Outcome::DueLater { next_in_ms },
+            None => PassOutcome::NothingDue,
+            Some(next_in_ms) => PassOutcome::DueLater { next_in_ms },
         };
         if probe.due == 0 {
             return idle;
         }
         let Some(drain) = drain else {
-            return Outcome::NothingDue; // due, but the fire is switched off
+            return PassOutcome::NothingDue; // due, but the fire is switched off
         };
         if drain.transient_failures > 0 {
-            return Outcome::NothingDue; // the database is struggling: back off to the ceiling
+            return PassOutcome::NothingDue; // the database is struggling: back off to the ceiling
         }
         match drain.stop {
-            DrainStop::EmptyClaim if drain.first_claim_empty() => self.after_empty_claim(),
-            DrainStop::EmptyClaim
+            DrainStop::NothingToClaim if drain.first_claim_empty() => {
+                self.form.after_first_claim_empty()
+            }
+            DrainStop::NothingToClaim
             | DrainStop::RowBudget
             | DrainStop::LeaseBudget
-            | DrainStop::Shutdown => Outcome::WorkAvailable,
-            DrainStop::ClaimFailed(_) => Outcome::NothingDue,
-        }
-    }
-
-    fn after_empty_claim(&self) -> Outcome {
-        match self.empty_claim_form {
-            EmptyClaimForm::Jittered => Outcome::EmptyClaim,
-            #[cfg(feature = "naive-forms")]
-            EmptyClaimForm::Floor => Outcome::WorkAvailable,
+            | DrainStop::Shutdown => PassOutcome::WorkAvailable,
+            DrainStop::ClaimFailed(_) => PassOutcome::NothingDue,
         }
     }
 
@@ -392,30 +420,8 @@ impl<S: Store> Sweeper<S> {
     }
 }
 
-/// The starting shard derived from a broker's identity (FNV-1a, so it is the same in every
-/// process and every run).
+/// The starting shard derived from a broker's identity ([`stable_shard`], so it is the same in
+/// every process and every run).
 pub fn identity_shard(identity: &str) -> u8 {
-    let hash = identity.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % u64::from(SHARD_COUNT)) as u8
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_identity_shard_is_stable_and_spreads_brokers() {
-        assert_eq!(identity_shard("broker-1"), identity_shard("broker-1"));
-        let starts: std::collections::HashSet<u8> = (0..16)
-            .map(|i| identity_shard(&format!("broker-{i}")))
-            .collect();
-        assert!(
-            starts.len() >= 10,
-            "16 brokers start at only {} distinct shards",
-            starts.len()
-        );
-        assert!((0..1000).all(|i| identity_shard(&format!("b{i}")) < 64));
-    }
+    stable_shard(identity)
 }

@@ -6,18 +6,36 @@ use std::fmt;
 
 use crate::classify::{Class, classify};
 
+/// What the crate's fallible calls return.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The driver's error, kept as the source of a [`Error::Database`].
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Every failure of the sweeper, classified by [`Error::class`].
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The database answered with an error, or did not answer at all (`sqlstate` is `None`).
     #[error("{context}: {message}{}", SqlState(.sqlstate.as_deref()))]
     Database {
+        /// The SQLSTATE the server gave; `None` when it did not answer.
         sqlstate: Option<String>,
+        /// The server's or the driver's message.
         message: String,
+        /// Which call failed.
         context: String,
+        /// The driver's error, when there was one (the simulation's model has none).
+        #[source]
+        source: Option<Source>,
     },
     /// A call ran past its statement timeout and was cancelled.
     #[error("{context}: no answer within {after_ms} ms; the call was cancelled")]
-    Timeout { context: String, after_ms: u64 },
+    Timeout {
+        /// Which call timed out.
+        context: String,
+        /// How long the client waited.
+        after_ms: u64,
+    },
     /// A setting is wrong; the message names it, its value and what is allowed.
     #[error("{0}")]
     Config(String),
@@ -38,11 +56,28 @@ impl fmt::Display for SqlState<'_> {
 }
 
 impl Error {
+    /// A database failure with no driver error behind it (a model's, or a test's).
     pub fn database(sqlstate: Option<String>, message: String, context: String) -> Self {
         Error::Database {
             sqlstate,
             message,
             context,
+            source: None,
+        }
+    }
+
+    /// A database failure caused by `source`.
+    pub fn database_from(
+        sqlstate: Option<String>,
+        message: String,
+        context: String,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Database {
+            sqlstate,
+            message,
+            context,
+            source: Some(Box::new(source)),
         }
     }
 
@@ -83,6 +118,14 @@ mod tests {
         let lost = Error::database(None, "connection reset".into(), "claim".into());
         assert_eq!(lost.to_string(), "claim: connection reset");
         assert_eq!(lost.class(), Class::Transient);
+    }
+
+    #[test]
+    fn the_driver_error_stays_the_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let error = Error::database_from(None, "connection lost".into(), "fire".into(), io);
+        let source = std::error::Error::source(&error).expect("the source is kept");
+        assert_eq!(source.to_string(), "reset by peer");
     }
 
     #[test]

@@ -26,29 +26,40 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// `result`: fired or stale.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
+    /// The label's value.
     pub result: &'static str,
 }
 
+/// `class`: a failure's class.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassLabel {
+    /// The label's value.
     pub class: &'static str,
 }
 
+/// `phase`: a phase of the cycle.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
+    /// The label's value.
     pub phase: &'static str,
 }
 
+/// `phase` and `reason` of a skipped phase.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SkipLabel {
+    /// The phase.
     pub phase: &'static str,
+    /// Shed, off, or switched off.
     pub reason: &'static str,
 }
 
+/// `kind`: a database call's kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
+    /// The label's value.
     pub kind: &'static str,
 }
 
@@ -58,21 +69,37 @@ type PhaseHistogram = Family<PhaseLabel, Histogram, fn() -> Histogram>;
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// `queen_sweeper_due_backlog`.
     pub due_backlog: Gauge,
+    /// `queen_sweeper_due_capped`.
     pub due_capped: Gauge,
+    /// `queen_sweeper_oldest_lateness_ms`.
     pub oldest_lateness_ms: Gauge,
+    /// `queen_sweeper_fire_lag_ms`.
     pub fire_lag_ms: Histogram,
+    /// `queen_sweeper_timers_total{result}`.
     pub timers: Family<ResultLabel, Counter>,
+    /// `queen_sweeper_segments_total{result}`.
     pub segments: Family<ResultLabel, Counter>,
+    /// `queen_sweeper_failures_total{class}`.
     pub failures: Family<ClassLabel, Counter>,
+    /// `queen_sweeper_dlq_total`.
     pub dlq: Counter,
+    /// `queen_sweeper_phase_seconds{phase}`.
     pub phase_seconds: PhaseHistogram,
+    /// `queen_sweeper_sleep_ms`.
     pub sleep_ms: Histogram,
+    /// `queen_sweeper_phase_skipped_total{phase,reason}`.
     pub phase_skipped: Family<SkipLabel, Counter>,
+    /// `queen_kv_expired_not_pruned`.
     pub kv_expired_not_pruned: Gauge,
+    /// `queen_kv_expired_not_pruned_capped`.
     pub kv_expired_not_pruned_capped: Gauge,
+    /// `queen_kv_expiry_lag_ms`.
     pub kv_expiry_lag_ms: Gauge,
+    /// `queen_sweeper_empty_claims_total`.
     pub empty_claims: Counter,
+    /// `queen_sweeper_queries_total{kind}`.
     pub queries: Family<KindLabel, Counter>,
 }
 
@@ -88,9 +115,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every series, registered and at zero.
     pub fn new() -> Metrics {
+        let metrics = Metrics::unregistered();
         let mut registry = Registry::default();
-        let metrics = Metrics {
+        metrics.register_fire(&mut registry);
+        metrics.register_cycle(&mut registry);
+        Metrics {
+            registry: Arc::new(registry),
+            ..metrics
+        }
+    }
+
+    fn unregistered() -> Metrics {
+        Metrics {
             registry: Arc::new(Registry::default()),
             due_backlog: Gauge::default(),
             due_capped: Gauge::default(),
@@ -110,92 +148,95 @@ impl Metrics {
             kv_expiry_lag_ms: Gauge::default(),
             empty_claims: Counter::default(),
             queries: Family::default(),
-        };
-        let r = &mut registry;
+        }
+    }
+
+    /// Registers the fire's series: backlog, lateness, results, failures, the DLQ.
+    fn register_fire(&self, r: &mut Registry) {
         r.register(
             "queen_sweeper_due_backlog",
             "Due rows at the last probe (capped)",
-            metrics.due_backlog.clone(),
+            self.due_backlog.clone(),
         );
         r.register(
             "queen_sweeper_due_capped",
             "1 when the last probe's due count hit its cap",
-            metrics.due_capped.clone(),
+            self.due_capped.clone(),
         );
         r.register(
             "queen_sweeper_oldest_lateness_ms",
             "How late the oldest due timer was at the last probe",
-            metrics.oldest_lateness_ms.clone(),
+            self.oldest_lateness_ms.clone(),
         );
         r.register(
             "queen_sweeper_fire_lag_ms",
             "Lateness of claimed timers at claim",
-            metrics.fire_lag_ms.clone(),
+            self.fire_lag_ms.clone(),
         );
         r.register(
             "queen_sweeper_timers",
             "Timers by fire result (fired, stale)",
-            metrics.timers.clone(),
+            self.timers.clone(),
         );
         r.register(
             "queen_sweeper_segments",
             "Fire segments by result (fired, stale)",
-            metrics.segments.clone(),
+            self.segments.clone(),
         );
         r.register(
             "queen_sweeper_failures",
             "Failed database calls by class",
-            metrics.failures.clone(),
+            self.failures.clone(),
         );
         r.register(
             "queen_sweeper_dlq",
             "Timers archived to the DLQ",
-            metrics.dlq.clone(),
+            self.dlq.clone(),
         );
+    }
+
+    /// Registers the cycle's series: phases, sleeps, skips, the prune's alarm, calls.
+    fn register_cycle(&self, r: &mut Registry) {
         r.register(
             "queen_sweeper_phase_seconds",
             "Time per cycle phase",
-            metrics.phase_seconds.clone(),
+            self.phase_seconds.clone(),
         );
         r.register(
             "queen_sweeper_sleep_ms",
             "Planned sleeps",
-            metrics.sleep_ms.clone(),
+            self.sleep_ms.clone(),
         );
         r.register(
             "queen_sweeper_phase_skipped",
             "Phases shed or switched off",
-            metrics.phase_skipped.clone(),
+            self.phase_skipped.clone(),
         );
         r.register(
             "queen_kv_expired_not_pruned",
             "Expired KV rows still present after the last prune call",
-            metrics.kv_expired_not_pruned.clone(),
+            self.kv_expired_not_pruned.clone(),
         );
         r.register(
             "queen_kv_expired_not_pruned_capped",
             "1 when the expired-not-pruned count hit its cap",
-            metrics.kv_expired_not_pruned_capped.clone(),
+            self.kv_expired_not_pruned_capped.clone(),
         );
         r.register(
             "queen_kv_expiry_lag_ms",
             "How long the oldest unpruned KV row has been dead",
-            metrics.kv_expiry_lag_ms.clone(),
+            self.kv_expiry_lag_ms.clone(),
         );
         r.register(
             "queen_sweeper_empty_claims",
             "First claims of a pass that took nothing",
-            metrics.empty_claims.clone(),
+            self.empty_claims.clone(),
         );
         r.register(
             "queen_sweeper_queries",
             "Database calls by kind",
-            metrics.queries.clone(),
+            self.queries.clone(),
         );
-        Metrics {
-            registry: Arc::new(registry),
-            ..metrics
-        }
     }
 
     /// The Prometheus text exposition of every series.
@@ -207,21 +248,24 @@ impl Metrics {
     }
 
     /// Every series without the closing `# EOF`, so that a process can append series of its own
-    /// before closing the exposition (the HTTP API does: `crate::api::metrics`).
+    /// before closing the exposition (the broker's HTTP API does).
     pub fn encode_series(&self, text: &mut String) -> std::fmt::Result {
         prometheus_client::encoding::text::encode_registry(text, &self.registry)
     }
 
+    /// Counts one database call of `kind`.
     pub fn query(&self, kind: &'static str) {
         self.queries.get_or_create(&KindLabel { kind }).inc();
     }
 
+    /// Counts a skipped phase.
     pub fn skipped(&self, phase: &'static str, reason: &'static str) {
         self.phase_skipped
             .get_or_create(&SkipLabel { phase, reason })
             .inc();
     }
 
+    /// Counts a failed call by class.
     pub fn failed(&self, class: crate::classify::Class) {
         self.failures
             .get_or_create(&ClassLabel {
@@ -230,14 +274,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Timers counted with `result`.
     pub fn timers_result(&self, result: &'static str) -> u64 {
         self.timers.get_or_create(&ResultLabel { result }).get()
     }
 
+    /// Segments counted with `result`.
     pub fn segments_result(&self, result: &'static str) -> u64 {
         self.segments.get_or_create(&ResultLabel { result }).get()
     }
 
+    /// Calls counted of `kind`.
     pub fn queries_of(&self, kind: &'static str) -> u64 {
         self.queries.get_or_create(&KindLabel { kind }).get()
     }

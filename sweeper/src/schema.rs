@@ -14,12 +14,14 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::error::Error;
-use crate::store::pg::database_error;
+use crate::pg::database_error;
 
 /// One embedded file of `sql/`.
 #[derive(Debug, Clone, Copy)]
 pub struct SqlFile {
+    /// The file's name in `sql/`.
     pub name: &'static str,
+    /// Its text.
     pub text: &'static str,
 }
 
@@ -72,20 +74,20 @@ async fn apply_once(pool: &PgPool) -> Result<(), Error> {
     let mut tx = pool
         .begin()
         .await
-        .map_err(|e| database_error(&e, "opening the schema transaction"))?;
+        .map_err(|e| database_error(e, "opening the schema transaction"))?;
     sqlx::raw_sql("SET LOCAL client_min_messages = warning")
         .execute(&mut *tx)
         .await
-        .map_err(|e| database_error(&e, "opening the schema transaction"))?;
+        .map_err(|e| database_error(e, "opening the schema transaction"))?;
     for file in FILES {
         sqlx::raw_sql(file.text)
             .execute(&mut *tx)
             .await
-            .map_err(|e| database_error(&e, &context(file.name)))?;
+            .map_err(|e| database_error(e, &context(file.name)))?;
     }
     tx.commit()
         .await
-        .map_err(|e| database_error(&e, "committing the schema"))
+        .map_err(|e| database_error(e, "committing the schema"))
 }
 
 /// SQLSTATEs a concurrent apply of the same files produces: duplicate objects from two

@@ -3,10 +3,10 @@
 //!
 //! | outcome | sleep |
 //! |---|---|
-//! | [`Outcome::WorkAvailable`] (overdue, or the pass stopped on a budget) | the floor |
-//! | [`Outcome::DueLater`] | `clamp(next_in_ms, floor, ceiling)` |
-//! | [`Outcome::EmptyClaim`] (due, but another broker is draining it) | `min + jitter × (max − min)`, within `[floor, ceiling]` |
-//! | [`Outcome::NothingDue`] | the ceiling |
+//! | [`PassOutcome::WorkAvailable`] (overdue, or the pass stopped on a budget) | the floor |
+//! | [`PassOutcome::DueLater`] | `clamp(next_in_ms, floor, ceiling)` |
+//! | [`PassOutcome::FirstClaimEmpty`] (due, but another broker is draining it) | `min + jitter × (max − min)`, within `[floor, ceiling]` |
+//! | [`PassOutcome::NothingDue`] | the ceiling |
 //!
 //! The floor applies only when work is genuinely available: after an empty claim, returning to the
 //! 5 ms floor is a spin (five brokers, one burst: four of them probing 200 times a second each,
@@ -20,13 +20,17 @@ use std::time::Duration;
 
 /// What the pass found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PassOutcome {
     /// Due work remains for this broker: overdue rows, or the drain stopped on a budget.
     WorkAvailable,
-    /// Nothing is due now; the earliest row becomes visible in this many milliseconds.
-    DueLater { next_in_ms: u64 },
-    /// The probe said work was due, but the first claim took nothing: somebody else holds it.
-    EmptyClaim,
+    /// Nothing is due now; the earliest row becomes visible in `next_in_ms`.
+    DueLater {
+        /// Milliseconds until the earliest row becomes visible.
+        next_in_ms: u64,
+    },
+    /// The probe said work was due, but the pass's first claim took nothing: somebody else holds
+    /// it.
+    FirstClaimEmpty,
     /// The table is empty (or everything in it is held or backing off beyond the ceiling).
     NothingDue,
 }
@@ -34,13 +38,18 @@ pub enum Outcome {
 /// The four bands' knobs, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bands {
+    /// The sleep when work is genuinely available.
     pub floor_ms: u64,
+    /// No sleep is longer: the cross-broker delivery bound.
     pub ceiling_ms: u64,
+    /// The low end of the band after an empty first claim.
     pub empty_claim_ms_min: u64,
+    /// The high end of that band.
     pub empty_claim_ms_max: u64,
 }
 
 impl Bands {
+    /// The bands the configuration sets.
     pub fn from_config(config: &crate::config::Config) -> Bands {
         Bands {
             floor_ms: config.sleep_ms_min,
@@ -70,17 +79,17 @@ impl Bands {
 }
 
 /// The sleep for `outcome`. `jitter` is a sample in [0, 1] used only by the empty-claim band.
-pub fn sleep_for(outcome: Outcome, bands: Bands, jitter: f64) -> Duration {
+pub fn sleep_for(outcome: PassOutcome, bands: Bands, jitter: f64) -> Duration {
     let b = bands.normalised();
     let ms = match outcome {
-        Outcome::WorkAvailable => b.floor_ms,
-        Outcome::DueLater { next_in_ms } => next_in_ms.clamp(b.floor_ms, b.ceiling_ms),
-        Outcome::EmptyClaim => {
+        PassOutcome::WorkAvailable => b.floor_ms,
+        PassOutcome::DueLater { next_in_ms } => next_in_ms.clamp(b.floor_ms, b.ceiling_ms),
+        PassOutcome::FirstClaimEmpty => {
             let span = (b.empty_claim_ms_max - b.empty_claim_ms_min) as f64;
             // Rounding keeps both ends reachable: 0.0 → min exactly, 1.0 → max exactly.
             b.empty_claim_ms_min + (unit(jitter) * span).round() as u64
         }
-        Outcome::NothingDue => b.ceiling_ms,
+        PassOutcome::NothingDue => b.ceiling_ms,
     };
     debug_assert!(ms >= 1 && ms <= b.ceiling_ms);
     Duration::from_millis(ms)
@@ -106,34 +115,40 @@ mod tests {
         empty_claim_ms_max: 200,
     };
 
-    fn ms(outcome: Outcome, bands: Bands, jitter: f64) -> u64 {
+    fn ms(outcome: PassOutcome, bands: Bands, jitter: f64) -> u64 {
         sleep_for(outcome, bands, jitter).as_millis() as u64
     }
 
     #[test]
     fn overdue_work_sleeps_the_floor_not_zero() {
-        assert_eq!(ms(Outcome::WorkAvailable, DEFAULT, 0.5), 5);
+        assert_eq!(ms(PassOutcome::WorkAvailable, DEFAULT, 0.5), 5);
     }
 
     #[test]
     fn due_later_sleeps_until_it_is_due_within_floor_and_ceiling() {
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 0 }, DEFAULT, 0.5), 5);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 4 }, DEFAULT, 0.5), 5);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 5 }, DEFAULT, 0.5), 5);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 6 }, DEFAULT, 0.5), 6);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 200 }, DEFAULT, 0.5), 200);
-        assert_eq!(ms(Outcome::DueLater { next_in_ms: 999 }, DEFAULT, 0.5), 999);
+        assert_eq!(ms(PassOutcome::DueLater { next_in_ms: 0 }, DEFAULT, 0.5), 5);
+        assert_eq!(ms(PassOutcome::DueLater { next_in_ms: 4 }, DEFAULT, 0.5), 5);
+        assert_eq!(ms(PassOutcome::DueLater { next_in_ms: 5 }, DEFAULT, 0.5), 5);
+        assert_eq!(ms(PassOutcome::DueLater { next_in_ms: 6 }, DEFAULT, 0.5), 6);
         assert_eq!(
-            ms(Outcome::DueLater { next_in_ms: 1000 }, DEFAULT, 0.5),
+            ms(PassOutcome::DueLater { next_in_ms: 200 }, DEFAULT, 0.5),
+            200
+        );
+        assert_eq!(
+            ms(PassOutcome::DueLater { next_in_ms: 999 }, DEFAULT, 0.5),
+            999
+        );
+        assert_eq!(
+            ms(PassOutcome::DueLater { next_in_ms: 1000 }, DEFAULT, 0.5),
             1000
         );
         assert_eq!(
-            ms(Outcome::DueLater { next_in_ms: 1001 }, DEFAULT, 0.5),
+            ms(PassOutcome::DueLater { next_in_ms: 1001 }, DEFAULT, 0.5),
             1000
         );
         assert_eq!(
             ms(
-                Outcome::DueLater {
+                PassOutcome::DueLater {
                     next_in_ms: u64::MAX
                 },
                 DEFAULT,
@@ -145,16 +160,20 @@ mod tests {
 
     #[test]
     fn an_empty_claim_spans_the_jitter_band_end_to_end() {
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, 0.0), 25);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, 1.0), 200);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, 0.5), 113);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, 0.0), 25);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, 1.0), 200);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, 0.5), 113);
     }
 
     #[test]
     fn the_empty_claim_band_is_monotonic_in_jitter() {
         let mut previous = 0;
         for i in 0..=10_000 {
-            let now = ms(Outcome::EmptyClaim, DEFAULT, f64::from(i) / 10_000.0);
+            let now = ms(
+                PassOutcome::FirstClaimEmpty,
+                DEFAULT,
+                f64::from(i) / 10_000.0,
+            );
             assert!(
                 now >= previous,
                 "jitter {i}/10000 gave {now} after {previous}"
@@ -166,17 +185,23 @@ mod tests {
 
     #[test]
     fn nothing_due_sleeps_the_ceiling() {
-        assert_eq!(ms(Outcome::NothingDue, DEFAULT, 0.5), 1000);
+        assert_eq!(ms(PassOutcome::NothingDue, DEFAULT, 0.5), 1000);
     }
 
     #[test]
     fn nan_infinite_and_negative_jitter_stay_in_the_band() {
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, f64::NAN), 113);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, f64::INFINITY), 200);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, f64::NEG_INFINITY), 25);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, -0.3), 25);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, 7.0), 200);
-        assert_eq!(ms(Outcome::EmptyClaim, DEFAULT, -0.0), 25);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, f64::NAN), 113);
+        assert_eq!(
+            ms(PassOutcome::FirstClaimEmpty, DEFAULT, f64::INFINITY),
+            200
+        );
+        assert_eq!(
+            ms(PassOutcome::FirstClaimEmpty, DEFAULT, f64::NEG_INFINITY),
+            25
+        );
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, -0.3), 25);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, 7.0), 200);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, DEFAULT, -0.0), 25);
     }
 
     #[test]
@@ -192,12 +217,12 @@ mod tests {
             2.0,
         ];
         let outcomes = [
-            Outcome::WorkAvailable,
-            Outcome::DueLater {
+            PassOutcome::WorkAvailable,
+            PassOutcome::DueLater {
                 next_in_ms: u64::MAX,
             },
-            Outcome::EmptyClaim,
-            Outcome::NothingDue,
+            PassOutcome::FirstClaimEmpty,
+            PassOutcome::NothingDue,
         ];
         let band_sets = [
             DEFAULT,
@@ -264,10 +289,10 @@ mod tests {
         ];
         for bands in odd {
             for outcome in [
-                Outcome::WorkAvailable,
-                Outcome::DueLater { next_in_ms: 0 },
-                Outcome::EmptyClaim,
-                Outcome::NothingDue,
+                PassOutcome::WorkAvailable,
+                PassOutcome::DueLater { next_in_ms: 0 },
+                PassOutcome::FirstClaimEmpty,
+                PassOutcome::NothingDue,
             ] {
                 for jitter in [f64::NAN, 0.0, 1.0] {
                     assert!(
@@ -283,8 +308,8 @@ mod tests {
             empty_claim_ms_min: 200,
             empty_claim_ms_max: 25,
         };
-        assert_eq!(ms(Outcome::EmptyClaim, inverted, 0.0), 25);
-        assert_eq!(ms(Outcome::EmptyClaim, inverted, 1.0), 200);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, inverted, 0.0), 25);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, inverted, 1.0), 200);
     }
 
     #[test]
@@ -295,6 +320,6 @@ mod tests {
             empty_claim_ms_min: 25,
             empty_claim_ms_max: 200,
         };
-        assert_eq!(ms(Outcome::EmptyClaim, bands, 0.0), 50);
+        assert_eq!(ms(PassOutcome::FirstClaimEmpty, bands, 0.0), 50);
     }
 }

@@ -22,7 +22,8 @@ use crate::classify::Class;
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::store::{ShardOrder, Store};
+use crate::port::Store;
+use crate::types::ShardOrder;
 
 /// Consecutive pressured passes after which the prune is shed. Not measured.
 pub const SHED_PRUNE_AFTER: u32 = 1;
@@ -38,11 +39,14 @@ pub const ROLLUP_STEPS_PER_PASS: u32 = 8;
 /// One slow phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlowPhase {
+    /// The usage rollup (`queen.kv_usage_step_v1`).
     Rollup,
+    /// The KV prune (`queen.kv_expire_step_v1`).
     Prune,
 }
 
 impl SlowPhase {
+    /// The phase's label in metrics and logs.
     pub fn name(self) -> &'static str {
         match self {
             SlowPhase::Rollup => "rollup",
@@ -75,10 +79,15 @@ impl Gate {
 /// What phase C did in one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SubclockReport {
+    /// Rollup calls made.
     pub rollup_steps: u32,
+    /// Prune calls made.
     pub prune_calls: u32,
+    /// KV rows the prune deleted.
     pub pruned: u64,
+    /// The rollup was due but shed under pressure.
     pub rollup_shed: bool,
+    /// The prune was due but shed under pressure.
     pub prune_shed: bool,
 }
 
@@ -120,6 +129,7 @@ impl SubClocks {
         }
     }
 
+    /// Whether `phase` is switched off for the life of the process (class 42).
     pub fn is_off(&self, phase: SlowPhase) -> bool {
         match phase {
             SlowPhase::Rollup => self.rollup.off,

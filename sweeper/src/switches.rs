@@ -12,9 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::admission::Admission;
-use crate::error::Error;
-use crate::store::{Store, Switch, SwitchStates};
+use crate::error::Result;
+use crate::port::Store;
+use crate::types::{Switch, SwitchStates};
 
+/// Both switches of one broker process, shared by its sweeper, its seam and its API.
 #[derive(Debug, Clone)]
 pub struct Switches {
     inner: Arc<Inner>,
@@ -38,14 +40,17 @@ impl Default for Switches {
 }
 
 impl Switches {
+    /// Whether new schedules are accepted.
     pub fn schedule_enabled(&self) -> bool {
         self.inner.schedule.load(Ordering::Acquire)
     }
 
+    /// Whether the sweeper fires.
     pub fn fire_enabled(&self) -> bool {
         self.inner.fire.load(Ordering::Acquire)
     }
 
+    /// Both, as last known in this process.
     pub fn states(&self) -> SwitchStates {
         SwitchStates {
             schedule_enabled: self.schedule_enabled(),
@@ -53,7 +58,8 @@ impl Switches {
         }
     }
 
-    fn set_local(&self, switch: Switch, enabled: bool) {
+    /// Sets a switch in this process only (the database is not told).
+    pub(crate) fn set_local(&self, switch: Switch, enabled: bool) {
         let flag = match switch {
             Switch::Schedule => &self.inner.schedule,
             Switch::Fire => &self.inner.fire,
@@ -69,7 +75,7 @@ impl Switches {
         admission: &Admission,
         switch: Switch,
         enabled: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<()> {
         let slot = admission.maintenance().await;
         store.write_switch(&slot, switch, enabled).await?;
         self.set_local(switch, enabled);
@@ -82,7 +88,7 @@ impl Switches {
         &self,
         store: &S,
         admission: &Admission,
-    ) -> Result<SwitchStates, Error> {
+    ) -> Result<SwitchStates> {
         let slot = admission.maintenance().await;
         let states = store.read_switches(&slot).await?;
         for (switch, enabled) in [

@@ -2,7 +2,7 @@
 //! notification.
 //!
 //! A seam that commits a timer rings [`Waker::hint`] with the timer's delivery instant, after the
-//! commit and never before (see [`crate::timers`]). The hint wakes the loop only when that instant
+//! commit and never before (see [`crate::Seam`]). The hint wakes the loop only when that instant
 //! is earlier than the promise, so a million timers for next week produce no wake at all. A hint
 //! that lands while the loop is working (no promise outstanding) is kept and cuts the next sleep.
 //!

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use queen_sweeper::testing::TestDb;
+use queen_testdb::TestDb;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;

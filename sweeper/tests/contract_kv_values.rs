@@ -1,6 +1,6 @@
 //! KV values come back exactly as they were put.
 
-use queen_sweeper::testing::TestDb;
+use queen_testdb::TestDb;
 use serde_json::{Value, json};
 
 async fn put_then_get(db: &TestDb, key: &str, value: &Value, ttl_ms: Option<i64>) -> Value {

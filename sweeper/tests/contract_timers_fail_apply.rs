@@ -7,7 +7,7 @@
 //! the time between two statements.
 
 use chrono::{DateTime, Duration, Utc};
-use queen_sweeper::testing::TestDb;
+use queen_testdb::TestDb;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use queen_sweeper::testing::TestDb;
+use queen_testdb::TestDb;
 use serde_json::{Value, json};
 use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, PgExecutor, PgPool, Row};

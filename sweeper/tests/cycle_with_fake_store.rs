@@ -7,22 +7,15 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use queen_sweeper::admission::{Admission, LaneSizes, Maintenance, Slot};
 use queen_sweeper::clock::tokio_now;
-use queen_sweeper::config::Config;
-use queen_sweeper::cycle::{Sweeper, identity_shard};
-use queen_sweeper::drain::{
-    self, DrainLimits, DrainReport, DrainStop, Drainer, PERMANENT_BACKOFF_MAX, TRANSIENT_BACKOFF,
-};
-use queen_sweeper::error::Error;
-use queen_sweeper::metrics::{ClassLabel, Metrics, SkipLabel};
-use queen_sweeper::sleep::Outcome;
-use queen_sweeper::store::{
-    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SHARD_COUNT,
-    SegmentOutcome, SegmentResult, ShardOrder, Store, Switch, SwitchStates, TimerRef, UsageStep,
-};
-use queen_sweeper::subclock::{
-    PRUNE_CALLS_PER_PASS, ROLLUP_TENANTS_PER_STEP, SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER,
+use queen_sweeper::{
+    Admission, ClaimRequest, Claimed, ClaimedTimer, ClassLabel, Config, Destination, DrainLimits,
+    DrainReport, DrainStop, Drainer, Error, ExpireStep, FailCause, FailOutcome, FailRequest,
+    FailRow, FairRound, FireCall, LaneSizes, Maintenance, Metrics, PERMANENT_BACKOFF_MAX,
+    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ROLLUP_TENANTS_PER_STEP, SHARD_COUNT,
+    SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder, SkipLabel,
+    Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TimerRef, UsageStep,
+    identity_shard,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -226,12 +219,15 @@ impl Store for FakeStore {
     async fn claim(
         &self,
         _slot: &Slot<Maintenance>,
-        shards: &ShardOrder,
-        lease: Duration,
-        max_rows: u32,
-        per_tenant: u32,
-        _fair: Option<&mut queen_sweeper::store::FairRound>,
-    ) -> Result<Vec<ClaimedTimer>, Error> {
+        request: &ClaimRequest,
+    ) -> Result<Claimed, Error> {
+        let ClaimRequest {
+            shards,
+            lease,
+            max_rows,
+            per_tenant,
+            ..
+        } = request.clone();
         let answer = {
             let mut script = self.script();
             match script.claims.pop_front() {
@@ -253,7 +249,12 @@ impl Store for FakeStore {
             per_tenant,
             returned,
         });
-        answer.map_err(|state| db_error(state, "claim"))
+        answer
+            .map(|rows| Claimed {
+                rows,
+                fair_after: None,
+            })
+            .map_err(|state| db_error(state, "claim"))
     }
 
     async fn fire(
@@ -318,15 +319,13 @@ impl Store for FakeStore {
     async fn fail(
         &self,
         _slot: &Slot<Maintenance>,
-        rows: &[FailRow],
-        _error: &str,
-        transient: bool,
-        max_attempts: u32,
+        request: &FailRequest,
     ) -> Result<Vec<FailOutcome>, Error> {
+        let (rows, transient) = (&request.rows, request.cause == FailCause::Transient);
         self.record(Call::Fail {
-            rows: rows.to_vec(),
+            rows: rows.clone(),
             transient,
-            max_attempts,
+            max_attempts: request.max_attempts,
         });
         let script = self.script();
         Ok(rows
@@ -585,7 +584,7 @@ async fn drain_once(
         .drain(
             &ShardOrder::starting_at(0),
             &DrainLimits::from_config(config),
-            &mut queen_sweeper::store::FairRound::default(),
+            &mut FairRound::default(),
         )
         .await;
     assert_eq!(
@@ -636,7 +635,7 @@ async fn drain_fires_each_claimed_batch_before_claiming_the_next() {
         } => *per_tenant == 2 && *lease == config.lease(),
         _ => true,
     }));
-    assert_eq!(report.stop, DrainStop::EmptyClaim);
+    assert_eq!(report.stop, DrainStop::NothingToClaim);
     assert_eq!((report.claims, report.claimed, report.fired), (4, 5, 5));
     assert_eq!(report.fire_calls, 3);
     assert!(
@@ -661,7 +660,7 @@ async fn an_empty_first_claim_stops_the_drain_and_is_reported_as_first_claim_emp
     let (report, metrics) = drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
 
     assert_eq!(fake.kinds(), ["claim"]);
-    assert_eq!(report.stop, DrainStop::EmptyClaim);
+    assert_eq!(report.stop, DrainStop::NothingToClaim);
     assert_eq!(
         (report.claims, report.claimed, report.fire_calls),
         (1, 0, 0)
@@ -762,11 +761,11 @@ async fn a_batch_over_max_fire_bytes_is_split_into_fire_calls_under_the_cap() {
                 &format!("p{}", i % 2),
                 &format!("k{i}"),
                 0,
-                502 - 2 - drain::ROW_OVERHEAD_BYTES,
+                502 - 2 - queen_sweeper::ROW_OVERHEAD_BYTES,
             )
         })
         .collect();
-    assert!(rows.iter().all(|r| drain::fire_bytes(r) == 502));
+    assert!(rows.iter().all(|r| queen_sweeper::fire_bytes(r) == 502));
     let fake = FakeStore::new();
     fake.script().pool.extend(rows.clone());
     let config = config(&[
@@ -900,7 +899,10 @@ async fn a_transient_fire_error_fails_every_row_of_the_call_as_transient_without
                 .find(|r| r.timer_key == row.timer.timer_key)
                 .unwrap();
             assert_eq!(row.timer, claimed.timer_ref());
-            assert_eq!(row.backoff, drain::backoff(claimed.attempts, true));
+            assert_eq!(
+                row.backoff,
+                queen_sweeper::backoff(claimed.attempts, FailCause::Transient)
+            );
             assert_eq!(row.backoff, TRANSIENT_BACKOFF);
         }
         assert_eq!(report.transient_failures, 1, "{label}");
@@ -955,8 +957,8 @@ async fn a_permanent_fire_error_replays_one_segment_per_call_and_fails_only_the_
         assert_eq!(
             failed,
             [
-                ("b1", drain::backoff(2, false)),
-                ("b2", drain::backoff(0, false))
+                ("b1", queen_sweeper::backoff(2, FailCause::Counted)),
+                ("b2", queen_sweeper::backoff(0, FailCause::Counted))
             ]
         );
         assert_eq!(report.fired, 3);
@@ -1035,7 +1037,10 @@ async fn the_backoff_passed_to_fail_follows_the_backoff_function() {
     let fails = fail_calls(&fake.calls());
     assert_eq!(fails.len(), 1);
     let backoffs: Vec<Duration> = fails[0].0.iter().map(|r| r.backoff).collect();
-    let expected: Vec<Duration> = attempts.iter().map(|&a| drain::backoff(a, false)).collect();
+    let expected: Vec<Duration> = attempts
+        .iter()
+        .map(|&a| queen_sweeper::backoff(a, FailCause::Counted))
+        .collect();
     assert_eq!(backoffs, expected);
     assert_eq!(
         backoffs,
@@ -1113,7 +1118,7 @@ async fn a_shutdown_mid_batch_still_fires_every_claimed_row() {
                 "p",
                 &format!("k{i}"),
                 0,
-                502 - 2 - drain::ROW_OVERHEAD_BYTES,
+                502 - 2 - queen_sweeper::ROW_OVERHEAD_BYTES,
             )
         })
         .collect();
@@ -1261,7 +1266,7 @@ async fn a_first_empty_claim_sleeps_the_jittered_band_not_the_floor() {
 
     let drain = report.drain.expect("the probe said work was due");
     assert!(drain.first_claim_empty());
-    assert_eq!(report.outcome, Outcome::EmptyClaim);
+    assert_eq!(report.outcome, Outcome::FirstClaimEmpty);
     // 25 + 0.5 × (200 − 25), rounded.
     assert_eq!(report.sleep, Duration::from_millis(113));
     assert_eq!(sweeper.metrics().empty_claims.get(), 1);
@@ -1385,9 +1390,7 @@ async fn a_failed_claim_sleeps_the_ceiling() {
 
     assert_eq!(
         report.drain.map(|d| d.stop),
-        Some(DrainStop::ClaimFailed(
-            queen_sweeper::classify::Class::Transient
-        ))
+        Some(DrainStop::ClaimFailed(queen_sweeper::Class::Transient))
     );
     assert_eq!(report.outcome, Outcome::NothingDue);
     assert_eq!(report.sleep, Duration::from_millis(1000));

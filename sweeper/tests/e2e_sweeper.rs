@@ -4,14 +4,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use queen_sweeper::config::Config;
-use queen_sweeper::cycle::Sweeper;
-use queen_sweeper::metrics::Metrics;
-use queen_sweeper::store::pg::{PgStore, connect_options};
-use queen_sweeper::store::{ShardOrder, Store, Switch};
-use queen_sweeper::switches::Switches;
-use queen_sweeper::testing::TestDb;
-use queen_sweeper::timers::{Payload, Seam, TimerOp};
+use queen_sweeper::{
+    Admission, ClaimRequest, Config, Metrics, Payload, PgStore, Seam, ShardOrder, SkipLabel, Store,
+    Sweeper, Switch, Switches, TimerOp, connect_options,
+};
+use queen_testdb::TestDb;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
@@ -200,7 +197,9 @@ async fn the_local_wake_fires_a_timer_on_an_idle_broker_long_before_the_ceiling(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let probes_before = broker.metrics.queries_of("probe");
 
-    let mut tx = broker.store.begin_timer_tx().await.unwrap();
+    let mut tx = broker
+        .seam
+        .begin(broker.store.begin_timer_tx().await.unwrap());
     let ops = [TimerOp::Schedule {
         queue: "q".into(),
         timer_key: "wake".into(),
@@ -209,13 +208,11 @@ async fn the_local_wake_fires_a_timer_on_an_idle_broker_long_before_the_ceiling(
         partition: None,
         txn: Some("wake-txn".into()),
     }];
-    let applied = broker
-        .seam
-        .apply(&mut tx, "t", &ops, queen_sweeper::clock::tokio_now())
+    let results = tx
+        .apply("t", &ops, queen_sweeper::clock::tokio_now())
         .await
         .unwrap();
-    let results = applied.results.clone();
-    let moved = broker.seam.commit(tx, applied.wake).await.unwrap();
+    let moved = tx.commit().await.unwrap();
     assert!(
         moved,
         "a timer 200 ms ahead is earlier than the idle broker's promise"
@@ -277,13 +274,17 @@ async fn a_dead_brokers_claims_fire_through_another_after_the_lease_exactly_once
     insert_timers(&db.pool, 300, -10.0, 0.0, 3, 2).await;
     // A broker claims everything and dies before firing: it never calls fire.
     let dead = PgStore::from_pool(db.pool_of(1).await, Duration::from_secs(5));
-    let admission = queen_sweeper::admission::Admission::new(Default::default());
+    let admission = Admission::new(Default::default());
     let slot = admission.maintenance().await;
     let lease = Duration::from_millis(1500);
     let claimed = dead
-        .claim(&slot, &ShardOrder::starting_at(0), lease, 300, 300, None)
+        .claim(
+            &slot,
+            &ClaimRequest::rows(ShardOrder::starting_at(0), lease, 300),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(claimed.len(), 300);
     let claimed_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&db.pool)
@@ -402,7 +403,7 @@ async fn a_missing_prune_function_switches_the_prune_off_once_and_timers_still_f
     let off = broker
         .metrics
         .phase_skipped
-        .get_or_create(&queen_sweeper::metrics::SkipLabel {
+        .get_or_create(&SkipLabel {
             phase: "prune",
             reason: "off",
         })
@@ -422,7 +423,7 @@ async fn with_the_fire_switched_off_nothing_fires_and_the_backlog_shows_then_all
         .switches
         .set(
             &*broker.store,
-            &queen_sweeper::admission::Admission::new(Default::default()),
+            &Admission::new(Default::default()),
             Switch::Fire,
             false,
         )
@@ -469,7 +470,7 @@ async fn with_the_fire_switched_off_nothing_fires_and_the_backlog_shows_then_all
         .switches
         .set(
             &*broker.store,
-            &queen_sweeper::admission::Admission::new(Default::default()),
+            &Admission::new(Default::default()),
             Switch::Fire,
             true,
         )

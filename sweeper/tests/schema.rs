@@ -1,7 +1,6 @@
 //! Applying `sql/` is idempotent: proven by catalogue snapshots, not assumed.
 
-use queen_sweeper::schema;
-use queen_sweeper::testing::TestDb;
+use queen_testdb::TestDb;
 use sqlx::PgPool;
 
 /// Everything about the `queen` schema that an apply could change, one line per fact, sorted:
@@ -58,9 +57,13 @@ async fn applying_twice_to_a_fresh_database_leaves_an_identical_catalogue() {
         "a fresh database has no queen schema"
     );
 
-    schema::apply(&db.pool).await.expect("first apply");
+    queen_sweeper::apply_schema(&db.pool)
+        .await
+        .expect("first apply");
     let first = snapshot(&db.pool).await;
-    schema::apply(&db.pool).await.expect("second apply");
+    queen_sweeper::apply_schema(&db.pool)
+        .await
+        .expect("second apply");
     let second = snapshot(&db.pool).await;
     assert_eq!(first, second);
 
@@ -83,7 +86,9 @@ async fn applying_twice_to_a_fresh_database_leaves_an_identical_catalogue() {
 #[tokio::test]
 async fn a_database_cloned_from_the_template_matches_a_fresh_apply() {
     let fresh = TestDb::empty().await;
-    schema::apply(&fresh.pool).await.expect("apply");
+    queen_sweeper::apply_schema(&fresh.pool)
+        .await
+        .expect("apply");
     let cloned = TestDb::new().await;
     assert_eq!(snapshot(&fresh.pool).await, snapshot(&cloned.pool).await);
 }
@@ -121,7 +126,9 @@ async fn applying_to_a_populated_database_keeps_its_rows_and_its_catalogue() {
         .expect("counts");
     let before = snapshot(pool).await;
 
-    schema::apply(pool).await.expect("apply over data");
+    queen_sweeper::apply_schema(pool)
+        .await
+        .expect("apply over data");
 
     let after_rows: (i64, i64, i64, String) = sqlx::query_as(counts)
         .fetch_one(pool)
@@ -139,7 +146,7 @@ async fn applying_to_a_populated_database_keeps_its_rows_and_its_catalogue() {
 async fn concurrent_applies_from_several_brokers_all_succeed() {
     let db = TestDb::empty().await;
     let pools: Vec<PgPool> = futures_pools(&db, 4).await;
-    let applies = pools.iter().map(schema::apply);
+    let applies = pools.iter().map(queen_sweeper::apply_schema);
     for result in futures::future::join_all(applies).await {
         result.expect("every concurrent apply succeeds (losers of a race retry)");
     }

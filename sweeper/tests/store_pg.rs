@@ -2,12 +2,11 @@
 
 use std::time::Duration;
 
-use queen_sweeper::admission::Admission;
-use queen_sweeper::classify::Class;
-use queen_sweeper::drain::plan_fire_calls;
-use queen_sweeper::store::pg::{PgStore, connect_options};
-use queen_sweeper::store::{SegmentResult, ShardOrder, Store};
-use queen_sweeper::testing::TestDb;
+use queen_sweeper::{
+    Admission, ClaimRequest, Class, PgStore, SegmentResult, ShardOrder, Store, connect_options,
+    plan_fire_calls,
+};
+use queen_testdb::TestDb;
 use sqlx::postgres::PgPoolOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,14 +46,11 @@ async fn a_fire_past_its_statement_timeout_is_cancelled_server_side_and_the_pool
     let claimed = store
         .claim(
             &slot,
-            &ShardOrder::starting_at(0),
-            Duration::from_secs(30),
-            10,
-            10,
-            None,
+            &ClaimRequest::rows(ShardOrder::starting_at(0), Duration::from_secs(30), 10),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     assert_eq!(claimed.len(), 1);
     let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
     let error = store
@@ -138,14 +134,11 @@ async fn a_client_side_timeout_gives_up_the_connection_instead_of_reusing_it() {
     let claimed = store
         .claim(
             &slot,
-            &ShardOrder::starting_at(0),
-            Duration::from_secs(30),
-            10,
-            10,
-            None,
+            &ClaimRequest::rows(ShardOrder::starting_at(0), Duration::from_secs(30), 10),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     let call = plan_fire_calls(&claimed, 1 << 20).remove(0);
     let error = tokio::time::timeout(Duration::from_secs(10), store.fire(&slot, &call))
         .await

@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use queen_sweeper::store::{
+use queen_sweeper::{ApplyResult, ApplyStatus, Payload, TimerOp};
+use queen_sweeper::{
     ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, TimerRef,
     UsageStep,
 };
-use queen_sweeper::timers::{ApplyResult, ApplyStatus, Payload, TimerOp};
 use uuid::Uuid;
 
 use super::state::{DeadLetter, KvKey, Pruned, Tables, TimerKey, TimerRow, Us};

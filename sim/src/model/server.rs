@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use queen_sweeper::store::{Destination, FireCall, SegmentOutcome, SegmentResult};
+use queen_sweeper::{Destination, FireCall, SegmentOutcome, SegmentResult};
 use uuid::Uuid;
 
 use super::ops::{self, RowState, SqlError, Staged};
@@ -239,8 +239,8 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             db.with(|t| {
                 let mut states = t.switches();
                 match switch {
-                    queen_sweeper::store::Switch::Schedule => states.schedule_enabled = enabled,
-                    queen_sweeper::store::Switch::Fire => states.fire_enabled = enabled,
+                    queen_sweeper::Switch::Schedule => states.schedule_enabled = enabled,
+                    queen_sweeper::Switch::Fire => states.fire_enabled = enabled,
                 }
                 t.switches = Some(states);
             });
@@ -322,7 +322,7 @@ async fn sleep_us(micros: Us) {
 async fn apply(
     db: &Db,
     tenant: &str,
-    timer_ops: &[queen_sweeper::timers::TimerOp],
+    timer_ops: &[queen_sweeper::TimerOp],
     open: &mut Option<OpenTxn>,
 ) -> Response {
     let txn = match open {

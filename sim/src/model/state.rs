@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use queen_sweeper::store::{Destination, SHARD_COUNT, SwitchStates};
+use queen_sweeper::{Destination, SHARD_COUNT, SwitchStates};
 use serde::Serialize;
 use uuid::Uuid;
 

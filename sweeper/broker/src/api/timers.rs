@@ -1,0 +1,176 @@
+//! `/api/v1/timers`: schedule, reschedule and cancel in batches, cancel one, peek one, list a
+//! queue a page at a time.
+//!
+//! Every write goes through the schedule seam in a transaction of its own: [`Seam::apply`] inside
+//! it, then [`Seam::commit`], which commits and only then rings the sweeper's wake with the
+//! earliest new delivery instant. A refused or failed call drops the transaction (a rollback) and
+//! the wake with it. The schedule kill switch is the seam's to enforce: a batch that creates work
+//! while it is off is a 503 with `Retry-After`; a batch of cancels still goes through.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::ApiState;
+use super::errors::ApiError;
+use super::input::{json_body, name, query, tenant};
+use super::ops::parse_batch;
+use super::views;
+use queen_sweeper::clock;
+use queen_sweeper::{ApplyResult, ApplyStatus, TimerOp};
+
+/// Timers per page of a list when the caller does not say. Not measured.
+pub const DEFAULT_PAGE_ROWS: u32 = 100;
+
+/// The most timers one page may ask for: a page is one index range scan, and 1000 rows of
+/// metadata (no payloads) is about 300 KB of JSON. Not measured.
+pub const MAX_PAGE_ROWS: u32 = 1000;
+
+/// `POST /api/v1/timers`: `{"ops": [...]}` → `{"results": [...]}`, one result per op, in order.
+pub async fn batch(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let limits = &state.inner.limits;
+    let tenant = tenant(&headers, limits)?;
+    let ops = parse_batch(json_body(body, limits)?, limits)?;
+    let results = apply(&state, &tenant, &ops).await?;
+    Ok(Json(json!({ "results": results })))
+}
+
+/// `DELETE /api/v1/timers/{queue}/{timerKey}`: 200 cancelled, 404 absent, 409 too late (the timer
+/// is in a sweeper's hands and will fire).
+pub async fn cancel(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((queue, timer_key)): Path<(String, String)>,
+) -> Result<(StatusCode, Json<ApplyResult>), ApiError> {
+    let limits = &state.inner.limits;
+    let tenant = tenant(&headers, limits)?;
+    name("queue", &queue, limits)?;
+    name("timerKey", &timer_key, limits)?;
+    let op = TimerOp::Cancel { queue, timer_key };
+    let mut results = apply(&state, &tenant, std::slice::from_ref(&op)).await?;
+    let result = results.pop().expect("the seam answers every operation");
+    let status = match result.status {
+        ApplyStatus::Absent => StatusCode::NOT_FOUND,
+        ApplyStatus::TooLate => StatusCode::CONFLICT,
+        _ => StatusCode::OK,
+    };
+    Ok((status, Json(result)))
+}
+
+/// One transaction through the seam: apply, commit, then the wake.
+async fn apply(
+    state: &ApiState,
+    tenant: &str,
+    ops: &[TimerOp],
+) -> Result<Vec<ApplyResult>, ApiError> {
+    let mut tx = state
+        .inner
+        .seam
+        .begin(state.inner.db.begin_timer_tx().await?);
+    let mut results = tx.apply(tenant, ops, clock::tokio_now()).await?;
+    let rings = tx.wake_at().is_some();
+    let moved = tx.commit().await?;
+    if rings {
+        state.inner.metrics.woke(moved);
+    }
+    for result in &mut results {
+        result.deliver_at = result.deliver_at.as_deref().map(views::normalized);
+    }
+    Ok(results)
+}
+
+/// `GET /api/v1/timers/{queue}/{timerKey}`: the timer with its payload and state, or 404.
+pub async fn peek(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((queue, timer_key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let limits = &state.inner.limits;
+    let tenant = tenant(&headers, limits)?;
+    name("queue", &queue, limits)?;
+    name("timerKey", &timer_key, limits)?;
+    match state
+        .inner
+        .db
+        .peek_timer(&tenant, &queue, &timer_key)
+        .await?
+    {
+        Some(row) => Ok(Json(views::timer(&row))),
+        None => Err(ApiError::not_found(
+            "not_found",
+            format!(
+                "no timer ({queue}, {timer_key}) for tenant {tenant}: it fired, was cancelled, or never was"
+            ),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// The last timer key of the previous page (`nextAfter`); absent for the first page.
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /api/v1/timers/{queue}?after=KEY&limit=N`: timers in key order, `nextAfter` to continue
+/// (absent on the last page).
+pub async fn list(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    page: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let limits = &state.inner.limits;
+    let tenant = tenant(&headers, limits)?;
+    name("queue", &queue, limits)?;
+    let page = query(page)?;
+    let rows = page_rows(page.limit)?;
+    if let Some(after) = &page.after {
+        name("after", after, limits)?;
+    }
+    let timers = state
+        .inner
+        .db
+        .list_timers(&tenant, &queue, page.after.as_deref(), rows)
+        .await?;
+    let next_after = (timers.len() == rows as usize)
+        .then(|| timers.last().map(|row| row.timer_key.clone()))
+        .flatten();
+    let timers: Vec<Value> = timers.iter().map(views::timer).collect();
+    Ok(Json(json!({ "timers": timers, "nextAfter": next_after })))
+}
+
+/// The page size asked for, 1..=[`MAX_PAGE_ROWS`], [`DEFAULT_PAGE_ROWS`] when not asked.
+pub fn page_rows(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE_ROWS),
+        Some(rows) if (1..=MAX_PAGE_ROWS).contains(&rows) => Ok(rows),
+        Some(rows) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("limit {rows} is outside 1..={MAX_PAGE_ROWS}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_between_one_and_the_maximum_rows() {
+        assert_eq!(page_rows(None).unwrap(), DEFAULT_PAGE_ROWS);
+        assert_eq!(page_rows(Some(1)).unwrap(), 1);
+        assert_eq!(page_rows(Some(MAX_PAGE_ROWS)).unwrap(), MAX_PAGE_ROWS);
+        assert!(page_rows(Some(0)).is_err());
+        assert!(page_rows(Some(MAX_PAGE_ROWS + 1)).is_err());
+    }
+}

@@ -1,0 +1,290 @@
+//! When the database or the load says no: transient failures are 503s with `Retry-After`, never
+//! 500s with a backtrace; a failed commit writes nothing and rings no wake; the in-flight limit
+//! and the request deadline hold. Real `serve` processes, real PostgreSQL.
+
+mod api_support;
+
+use std::time::Duration;
+
+use api_support::{Start, count, schedule_op, wait_for, wait_for_lock_waiter};
+use queen_sweeper::clock::monotonic_now;
+use queen_testdb::TestDb;
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Holds a row lock in a transaction of the test's own until dropped or committed.
+async fn lock_row(db: &TestDb, sql: &'static str) -> PgConnection {
+    let mut connection = db.connection().await;
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sql).execute(&mut connection).await.unwrap();
+    connection
+}
+
+async fn release(mut connection: PgConnection) {
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_timeout_on_a_locked_row_is_a_503_with_retry_after_and_the_retry_succeeds() {
+    let db = TestDb::new().await;
+    let env = [
+        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "300"),
+        ("QUEEN_SWEEPER_LEASE_MS", "600"),
+    ];
+    let server = Start::on(&db, "stmt").env(&env).spawn().await;
+    let op = json!({"ops": [schedule_op("q", "k", 3_600_000, json!(1))]});
+    assert_eq!(server.schedule(&op).await.status, 200);
+
+    let lock = lock_row(
+        &db,
+        "SELECT 1 FROM queen.log_timers WHERE timer_key = 'k' FOR UPDATE",
+    )
+    .await;
+    let answer = server.delete("/api/v1/timers/q/k").await;
+    answer.refused(503, "database_unavailable");
+    assert_eq!(answer.retry_after.as_deref(), Some("1"));
+    assert!(
+        answer.text.contains("57014"),
+        "the cancel's statement timed out: {}",
+        answer.text
+    );
+    assert_eq!(
+        answer.text.lines().count(),
+        1,
+        "one line of JSON, no trace: {}",
+        answer.text
+    );
+    release(lock).await;
+
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_timers").await,
+        1,
+        "nothing was cancelled"
+    );
+    let retried = server.delete("/api/v1/timers/q/k").await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_terminated_mid_request_is_a_503_and_the_next_request_gets_a_new_connection() {
+    let db = TestDb::new().await;
+    let server = Start::on(&db, "term").spawn().await;
+    assert_eq!(
+        server
+            .put("/api/v1/kv/ns/k", &json!({"value": 1}))
+            .await
+            .status,
+        201
+    );
+    let lock = lock_row(&db, "SELECT 1 FROM queen.kv WHERE key = 'k' FOR UPDATE").await;
+    let url = server.url("/api/v1/kv/ns/k");
+    let client = server.client.clone();
+    let in_flight =
+        tokio::spawn(async move { client.put(url).json(&json!({"value": 2})).send().await });
+    wait_for_lock_waiter(&db.pool, "queen-api:term").await;
+    let terminated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'queen-api:term' AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(terminated, 1);
+    let response = in_flight.await.unwrap().expect("an answer");
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        body["error"]["code"],
+        json!("database_unavailable"),
+        "{body}"
+    );
+    release(lock).await;
+
+    let after = server.put("/api/v1/kv/ns/k", &json!({"value": 3})).await;
+    assert_eq!(
+        (after.status, after.json()["version"].clone()),
+        (200, json!(2)),
+        "{}",
+        after.text
+    );
+    assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
+}
+
+/// Fails the commit of any transaction that wrote a timer whose key starts with `doomed`, with a
+/// serialization failure, the way a real conflict surfaces at commit.
+const DOOM_AT_COMMIT: &str = r#"
+CREATE FUNCTION public.doom_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.timer_key LIKE 'doomed%' THEN
+        RAISE EXCEPTION 'doomed at commit' USING ERRCODE = '40001';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+CREATE CONSTRAINT TRIGGER doom_at_commit AFTER INSERT OR UPDATE ON queen.log_timers
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.doom_at_commit();
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_whose_commit_fails_is_a_503_writes_nothing_and_rings_no_wake() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(DOOM_AT_COMMIT)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let server = Start::on(&db, "doomed").spawn().await;
+    let doomed = server
+        .schedule(&json!({"ops": [schedule_op("q", "doomed", 0, json!(1))]}))
+        .await;
+    doomed.refused(503, "database_unavailable");
+    assert_eq!(doomed.retry_after.as_deref(), Some("1"));
+    assert!(doomed.text.contains("40001"), "{}", doomed.text);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_timers").await,
+        0
+    );
+    let wakes = |text: &str| {
+        api_support::metric_value(text, "queen_api_wakes_total{moved=\"true\"}")
+            + api_support::metric_value(text, "queen_api_wakes_total{moved=\"false\"}")
+    };
+    assert_eq!(
+        wakes(&server.get("/metrics").await.text),
+        0.0,
+        "a rolled-back schedule rang a wake"
+    );
+
+    let fine = server
+        .schedule(&json!({"ops": [schedule_op("q", "fine", 0, json!(2))]}))
+        .await;
+    assert_eq!(fine.status, 200, "{}", fine.text);
+    assert_eq!(
+        wakes(&server.get("/metrics").await.text),
+        1.0,
+        "a committed schedule rings once"
+    );
+    wait_for(
+        "the committed timer to fire",
+        Duration::from_secs(10),
+        || async { count(&db.pool, "SELECT count(*) FROM queen.log_messages").await == 1 },
+    )
+    .await;
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_messages WHERE convert_from(payload, 'UTF8') = '1'"
+        )
+        .await,
+        0,
+        "the doomed timer never existed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_slot_taken_a_request_is_503_busy_while_metrics_and_healthz_still_answer() {
+    let db = TestDb::new().await;
+    let server = Start::on(&db, "busy")
+        .env(&[("QUEEN_API_MAX_IN_FLIGHT", "1")])
+        .spawn()
+        .await;
+    assert_eq!(
+        server
+            .put("/api/v1/kv/ns/k", &json!({"value": 1}))
+            .await
+            .status,
+        201
+    );
+    let lock = lock_row(&db, "SELECT 1 FROM queen.kv WHERE key = 'k' FOR UPDATE").await;
+    let url = server.url("/api/v1/kv/ns/k");
+    let client = server.client.clone();
+    let holder =
+        tokio::spawn(async move { client.put(url).json(&json!({"value": 2})).send().await });
+    wait_for_lock_waiter(&db.pool, "queen-api:busy").await;
+
+    let refused = server.get("/api/v1/kv/ns/other").await;
+    refused.refused(503, "busy");
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    assert!(
+        refused.text.contains("QUEEN_API_MAX_IN_FLIGHT=1"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(server.get("/healthz").await.status, 200);
+    let metrics = server.get("/metrics").await.text;
+    assert_eq!(
+        api_support::metric_value(&metrics, "queen_api_refused_total{reason=\"busy\"}"),
+        1.0
+    );
+    assert_eq!(
+        api_support::metric_value(&metrics, "queen_api_in_flight"),
+        1.0
+    );
+
+    release(lock).await;
+    let held = holder.await.unwrap().expect("an answer");
+    assert_eq!(held.status(), 200, "the request in the slot finished");
+    let freed = server.get("/api/v1/kv/ns/k").await;
+    assert_eq!(
+        (freed.status, freed.json()["value"].clone()),
+        (200, json!(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_deadline_is_a_503_and_gives_its_slot_back() {
+    let db = TestDb::new().await;
+    // The shortest deadline the limits allow with a 200 ms statement timeout: 2 × 200 + 2000.
+    let env = [
+        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "200"),
+        ("QUEEN_SWEEPER_LEASE_MS", "400"),
+        ("QUEEN_API_REQUEST_TIMEOUT_MS", "2400"),
+        ("QUEEN_API_MAX_IN_FLIGHT", "1"),
+    ];
+    let server = Start::on(&db, "deadline").env(&env).spawn().await;
+    // A client that promises 100 bytes of body and sends 10.
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    let started = monotonic_now();
+    stream
+        .write_all(b"PUT /api/v1/kv/ns/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"value\":")
+        .await
+        .unwrap();
+    let mut response = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(15), stream.read(&mut response))
+        .await
+        .expect("an answer within 15 s")
+        .unwrap();
+    let waited = started.elapsed();
+    let response = String::from_utf8_lossy(&response[..read]).to_lowercase();
+    assert!(response.starts_with("http/1.1 503"), "{response}");
+    assert!(response.contains("retry-after: 1"), "{response}");
+    assert!(response.contains("\"timeout\""), "{response}");
+    assert!(
+        waited >= Duration::from_millis(2400),
+        "answered after {waited:?}, before the deadline"
+    );
+    println!(
+        "a stalled body was answered 503 after {} ms (deadline 2400 ms)",
+        waited.as_millis()
+    );
+
+    let next = server.get("/api/v1/kv/ns/slow").await;
+    next.refused(404, "not_found");
+    assert_eq!(
+        server
+            .metric("queen_api_refused_total{reason=\"timeout\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(count(&db.pool, "SELECT count(*) FROM queen.kv").await, 0);
+}

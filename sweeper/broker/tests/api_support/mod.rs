@@ -1,0 +1,337 @@
+//! Shared by the `api_*` tests: a real `queen-sweeper serve` process on a free loopback port, a
+//! real HTTP client, and bounded waits on events.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::future::Future;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use queen_testdb::TestDb;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_queen-sweeper");
+
+/// How long a server may take to answer its first /healthz: it connects and applies the schema.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// Every HTTP call of a test is bounded by this.
+const REQUEST_LIMIT: Duration = Duration::from_secs(30);
+
+/// A free loopback port: bind port 0, read it, let it go.
+pub fn free_loopback_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A `queen-sweeper serve` process, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub identity: String,
+    pub client: reqwest::Client,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How to start a server.
+pub struct Start<'a> {
+    pub url: String,
+    pub identity: &'a str,
+    pub env: &'a [(&'a str, &'a str)],
+    pub args: &'a [&'a str],
+    /// Wait for /healthz to say ready (otherwise only for it to answer at all).
+    pub ready: bool,
+}
+
+impl<'a> Start<'a> {
+    pub fn on(db: &TestDb, identity: &'a str) -> Start<'a> {
+        Start {
+            url: db.url(),
+            identity,
+            env: &[],
+            args: &[],
+            ready: true,
+        }
+    }
+
+    pub fn env(mut self, env: &'a [(&'a str, &'a str)]) -> Start<'a> {
+        self.env = env;
+        self
+    }
+
+    pub fn args(mut self, args: &'a [&'a str]) -> Start<'a> {
+        self.args = args;
+        self
+    }
+
+    pub fn not_waiting_for_ready(mut self) -> Start<'a> {
+        self.ready = false;
+        self
+    }
+
+    pub async fn spawn(self) -> Server {
+        Server::start(self).await
+    }
+}
+
+impl Server {
+    async fn start(start: Start<'_>) -> Server {
+        let port = free_loopback_port();
+        let mut command = Command::new(BINARY);
+        command
+            .args([
+                "serve",
+                "--database-url",
+                &start.url,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--identity",
+                start.identity,
+            ])
+            .args(start.args)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in start.env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn queen-sweeper serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        let stderr_reader = tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_LIMIT)
+            .build()
+            .expect("client");
+        let mut server = Server {
+            child,
+            port,
+            identity: start.identity.to_owned(),
+            client,
+            stderr,
+            stderr_reader: Some(stderr_reader),
+        };
+        server.wait_until_answering(start.ready).await;
+        server
+    }
+
+    async fn wait_until_answering(&mut self, ready: bool) {
+        let polls = START_LIMIT.as_millis() / 50;
+        for _ in 0..polls {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "serve exited with {status} before answering:\n{}",
+                    self.stderr()
+                );
+            }
+            if let Ok(response) = self.client.get(self.url("/healthz")).send().await
+                && (!ready || response.status() == 200)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "serve did not answer /healthz within {START_LIMIT:?}:\n{}",
+            self.stderr()
+        );
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("a running child") as i32
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling a child this test spawned and has not reaped.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// Waits (bounded) for the process to exit; its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("serve did not exit within {limit:?}:\n{}", self.stderr()))
+            .expect("wait");
+        // Let the reader take in what the process wrote last: the pipe closes with the process.
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        status.code()
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        Answer::of(self.client.get(self.url(path)).send().await).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Answer {
+        Answer::of(self.client.delete(self.url(path)).send().await).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Answer {
+        Answer::of(self.client.post(self.url(path)).json(body).send().await).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Answer {
+        Answer::of(self.client.put(self.url(path)).json(body).send().await).await
+    }
+
+    /// POST with a raw body, as given.
+    pub async fn post_raw(&self, path: &str, body: &'static str) -> Answer {
+        Answer::of(
+            self.client
+                .post(self.url(path))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    pub async fn schedule(&self, body: &Value) -> Answer {
+        self.post("/api/v1/timers", body).await
+    }
+
+    /// The value of one series in /metrics (0 when absent).
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.get("/metrics").await.text;
+        metric_value(&text, series)
+    }
+}
+
+/// The value of `series` (name with labels, exactly as rendered) in a Prometheus text exposition.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
+}
+
+/// An HTTP answer, read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub text: String,
+}
+
+impl Answer {
+    async fn of(response: reqwest::Result<reqwest::Response>) -> Answer {
+        let response = response.expect("the server answers");
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let text = response.text().await.expect("a readable body");
+        Answer {
+            status,
+            retry_after,
+            text,
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+
+    /// The `error.code` of a refusal.
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error code in {}", self.text))
+            .to_owned()
+    }
+
+    /// Asserts a refusal: its status and code.
+    #[track_caller]
+    pub fn refused(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code().as_str()),
+            (status, code),
+            "{}",
+            self.text
+        );
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds; fails the test after `limit`.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let polls = limit.as_millis() / 20;
+    for _ in 0..polls {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Backends of this database whose application name starts with `prefix` and that wait on a lock.
+pub async fn lock_waiters(pool: &PgPool, prefix: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name LIKE $1 || '%'
+           AND wait_event_type = 'Lock'",
+    )
+    .bind(prefix)
+    .fetch_one(pool)
+    .await
+    .expect("pg_stat_activity")
+}
+
+/// Waits until a backend of `prefix` waits on a lock.
+pub async fn wait_for_lock_waiter(pool: &PgPool, prefix: &str) {
+    wait_for(
+        &format!("a {prefix} backend waiting on a lock"),
+        Duration::from_secs(10),
+        || async { lock_waiters(pool, prefix).await > 0 },
+    )
+    .await;
+}
+
+/// One schedule op as JSON.
+pub fn schedule_op(queue: &str, timer_key: &str, delay_ms: i64, payload: Value) -> Value {
+    let mut op = serde_json::json!({"op": "schedule", "queue": queue, "timerKey": timer_key, "delayMs": delay_ms});
+    op["payload"] = payload;
+    op
+}

@@ -1,0 +1,195 @@
+//! The failure policy of the fire: what a failed call means for its timers, how long they back
+//! off, and recording it.
+//!
+//! - Transient (the database could not do it now) → every timer of the call backs off
+//!   [`TRANSIENT_BACKOFF`] without spending an attempt.
+//! - Anything else in a call of several segments → the call is replayed one segment per call, so
+//!   one poison destination cannot block the others.
+//! - Anything else in a call of one segment → its timers spend an attempt and back off
+//!   exponentially; a timer out of attempts goes to the DLQ with its payload intact (the payload
+//!   never leaves the database).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{DrainLimits, DrainReport, Drainer};
+use crate::classify::Class;
+use crate::error::Error;
+use crate::port::Store;
+use crate::types::{FailCause, FailRequest, FailRow, FireCall, TimerRef};
+
+/// Backoff after a transient failure: the database was unavailable, nothing was wrong with the
+/// timer. Not measured.
+pub const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
+/// Backoff after the first counted failure; it doubles per attempt. Not measured.
+pub const PERMANENT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// The longest backoff. Not measured.
+pub const PERMANENT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// What to do about a fire call that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedCall {
+    /// Fire its segments again, one per call.
+    Split,
+    /// Put its timers into backoff, spending an attempt or not.
+    Record(FailCause),
+}
+
+/// The response to a call of `segments` segments that failed with `class`. Pure.
+pub fn respond_to_failure(class: Class, segments: usize) -> FailedCall {
+    match class {
+        Class::Transient => FailedCall::Record(FailCause::Transient),
+        Class::Config | Class::Permanent if segments > 1 => FailedCall::Split,
+        Class::Config | Class::Permanent => FailedCall::Record(FailCause::Counted),
+    }
+}
+
+/// How long a failed timer waits before it can be claimed again. Pure.
+pub fn backoff(attempts_before: u32, cause: FailCause) -> Duration {
+    if cause == FailCause::Transient {
+        return TRANSIENT_BACKOFF;
+    }
+    let factor = 1u32
+        .checked_shl(attempts_before.min(31))
+        .unwrap_or(u32::MAX);
+    PERMANENT_BACKOFF_BASE
+        .saturating_mul(factor)
+        .min(PERMANENT_BACKOFF_MAX)
+}
+
+/// A claimed timer's full key, borrowed.
+pub(super) type TimerKey<'a> = (&'a str, &'a str, &'a str);
+
+impl<S: Store> Drainer<'_, S> {
+    /// Puts every timer of `call` into backoff and dead-letters those out of attempts. When
+    /// recording fails, the rows stay held until their lease ends and another pass retries them.
+    pub(super) async fn record_failure(
+        &self,
+        call: &FireCall,
+        error: &Error,
+        cause: FailCause,
+        attempts: &HashMap<TimerKey<'_>, u32>,
+        limits: &DrainLimits,
+        report: &mut DrainReport,
+    ) {
+        if cause == FailCause::Transient {
+            report.transient_failures += 1;
+        }
+        let request = FailRequest {
+            rows: fail_rows(call, cause, attempts),
+            error: error.to_string(),
+            cause,
+            max_attempts: limits.max_attempts,
+        };
+        report.failed_timers += request.rows.len() as u64;
+        let slot = self.admission.maintenance().await;
+        self.metrics.query("fail");
+        let outcomes = match self.store.fail(&slot, &request).await {
+            Ok(outcomes) => outcomes,
+            Err(fail_error) => {
+                self.metrics.failed(fail_error.class());
+                tracing::warn!(error = %fail_error, "recording the failure failed; the lease will return the rows");
+                return;
+            }
+        };
+        let by_key: HashMap<TimerKey<'_>, &TimerRef> = request
+            .rows
+            .iter()
+            .map(|row| {
+                let t = &row.timer;
+                (
+                    (t.tenant.as_str(), t.queue.as_str(), t.timer_key.as_str()),
+                    t,
+                )
+            })
+            .collect();
+        let exhausted: Vec<TimerRef> = outcomes
+            .iter()
+            .filter(|o| o.exhausted)
+            .filter_map(|o| {
+                by_key
+                    .get(&(o.tenant.as_str(), o.queue.as_str(), o.timer_key.as_str()))
+                    .map(|t| (*t).clone())
+            })
+            .collect();
+        if exhausted.is_empty() {
+            return;
+        }
+        self.metrics.query("dlq");
+        match self.store.dlq(&slot, &exhausted).await {
+            Ok(archived) => {
+                report.dead_lettered += archived;
+                self.metrics.dlq.inc_by(archived);
+                tracing::warn!(
+                    archived,
+                    "timers exhausted their attempts and went to the DLQ"
+                );
+            }
+            Err(dlq_error) => {
+                self.metrics.failed(dlq_error.class());
+                tracing::warn!(error = %dlq_error, "archiving exhausted timers failed; the lease will return them");
+            }
+        }
+    }
+}
+
+/// The rows of a failed call, each with the backoff its attempts so far give it.
+fn fail_rows(
+    call: &FireCall,
+    cause: FailCause,
+    attempts: &HashMap<TimerKey<'_>, u32>,
+) -> Vec<FailRow> {
+    call.segments
+        .iter()
+        .flat_map(|segment| {
+            let d = &segment.destination;
+            segment.timers.iter().map(move |held| {
+                let key = (d.tenant.as_str(), d.queue.as_str(), held.timer_key.as_str());
+                FailRow {
+                    timer: TimerRef {
+                        tenant: d.tenant.clone(),
+                        queue: d.queue.clone(),
+                        timer_key: held.timer_key.clone(),
+                        token: held.token,
+                    },
+                    backoff: backoff(attempts.get(&key).copied().unwrap_or(0), cause),
+                }
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transient_failure_backs_off_the_same_whatever_the_attempts() {
+        assert_eq!(backoff(0, FailCause::Transient), TRANSIENT_BACKOFF);
+        assert_eq!(backoff(7, FailCause::Transient), TRANSIENT_BACKOFF);
+    }
+
+    #[test]
+    fn counted_backoff_doubles_per_attempt_up_to_the_ceiling() {
+        let counted = FailCause::Counted;
+        assert_eq!(backoff(0, counted), Duration::from_secs(1));
+        assert_eq!(backoff(1, counted), Duration::from_secs(2));
+        assert_eq!(backoff(4, counted), Duration::from_secs(16));
+        assert_eq!(backoff(9, counted), PERMANENT_BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX, counted), PERMANENT_BACKOFF_MAX);
+    }
+
+    #[test]
+    fn only_a_non_transient_failure_of_several_segments_splits() {
+        assert_eq!(
+            respond_to_failure(Class::Transient, 5),
+            FailedCall::Record(FailCause::Transient)
+        );
+        assert_eq!(respond_to_failure(Class::Permanent, 2), FailedCall::Split);
+        assert_eq!(respond_to_failure(Class::Config, 2), FailedCall::Split);
+        assert_eq!(
+            respond_to_failure(Class::Permanent, 1),
+            FailedCall::Record(FailCause::Counted)
+        );
+    }
+}
