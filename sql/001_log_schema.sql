@@ -74,8 +74,9 @@
 -- [not measured] QUEEN_SWEEPER_DUE_CAP = 2000: the probe stops counting due rows here; bounds its cost.
 -- [not measured] QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS = 5000: every call is cancelled server-side after this.
 -- [not measured] QUEEN_SWEEPER_MAX_ATTEMPTS = 5: failed fires before a timer goes to the DLQ.
+-- [not measured] QUEEN_SWEEPER_FIRE_TAKE = 1: each batch taken, fired and deleted in one transaction (the fire, version 2); 0 claims with a lease and fires by token (the seed's two-phase path), kept to compare.
 --
--- API LIMITS (queen-sweeper serve; sweeper/src/api/limits.rs)
+-- API LIMITS (queen-sweeper serve; sweeper/broker/src/api/config.rs)
 -- [not measured] QUEEN_TIMERS_MAX_PAYLOAD_BYTES = 262144: one timer's payload; SQS's familiar bound, far under one 8 MiB fire.
 -- [not measured] QUEEN_TIMERS_MAX_OPS_PER_CALL = 1000: operations sharing one schedule transaction.
 -- [not measured] QUEEN_TIMERS_MAX_HORIZON_S = 31536000: a year ahead; further is more likely a unit mistake than a plan.

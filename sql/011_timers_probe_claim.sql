@@ -78,8 +78,10 @@ BEGIN
 END;
 $$;
 
--- CLAIM: takes up to p_max_rows due rows nobody holds, sets claimed_until = p_now + lease and a
--- fresh random claim_token per row, and returns them ordered by their pre-claim visible_at.
+-- PICK: the selection the claim and the take share. Locks up to p_max_rows due rows nobody holds
+-- (FOR UPDATE SKIP LOCKED, a vertex that never waits) and returns their addresses, tenants,
+-- pre-pick visible_at, estimated bytes and fairness rank, in the order they were taken. The locks
+-- are the caller's transaction's: the claim writes a lease on the rows, the take fires them.
 --
 -- Fairness round (p_fair_tenants > 0, the first claim of a broker's pass): before anything else,
 -- one due row from each of up to p_fair_tenants tenants, visiting tenants in primary-key order
@@ -92,12 +94,251 @@ $$;
 -- round visited: the caller's next round starts after it.
 --
 -- Shards are visited in the caller's order in rounds. A round takes at most its fair share of the
--- remaining budget from each shard, so one claim spreads over all shards instead of emptying the
+-- remaining budget from each shard, so one pick spreads over all shards instead of emptying the
 -- caller's starting shard first; later rounds revisit only shards that filled their share. A round
--- that takes nothing ends the claim, so the number of rounds is bounded by p_max_rows.
+-- that takes nothing ends the pick, so the number of rounds is bounded by p_max_rows.
 --
--- p_per_tenant caps the rows one tenant can take in one claim. It is applied to each round's
--- rows; rows over the cap are left unclaimed.
+-- p_per_tenant caps the rows one tenant can take in one pick. It is applied to each round's
+-- rows; rows over the cap are left untaken.
+--
+-- p_max_bytes (NULL: no cap) caps the estimated bytes the rows will write, each row counting
+-- octet_length(payload) + octet_length(timer_key) + p_row_overhead: the pick stops before the row
+-- that would cross it, except that a first row bigger than the cap is taken alone.
+--
+-- Rows a round locked but did not take (over a tenant's cap or the byte cap) stay locked until
+-- the caller's transaction ends; other brokers skip them for those milliseconds.
+CREATE OR REPLACE FUNCTION queen.log_timers_pick_v1(
+    p_fn text,
+    p_shards integer[],
+    p_now timestamptz,
+    p_max_rows integer,
+    p_per_tenant integer,
+    p_fair_tenants integer,
+    p_fair_after text,
+    p_max_bytes bigint DEFAULT NULL,
+    p_row_overhead integer DEFAULT 0
+) RETURNS TABLE (
+    row_id tid,
+    tenant_id text,
+    pre_visible timestamptz,
+    bytes bigint,
+    fair_rank integer,
+    fair_next text
+)
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+-- The generic plan PostgreSQL settles on after five calls cannot see the round's small LIMIT and
+-- reads much more of each shard: 3.5 ms per 200-row claim became 12 ms (20 000 due rows).
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_active integer[] := p_shards;
+    v_next_active integer[];
+    v_remaining integer := p_max_rows;
+    v_share integer;
+    -- One round's rows as locked, then as kept (after the tenant and byte caps).
+    v_round_ctids tid[];
+    v_round_tenants text[];
+    v_round_visible timestamptz[];
+    v_round_bytes bigint[];
+    v_round_shards integer[];
+    v_round_ranks integer[];
+    v_capped text[] := '{}';
+    -- What this pick has locked and kept so far, by physical row address (stable while we hold
+    -- the row lock), so the caller's update or fire is a TID scan and not a join against the
+    -- table. No temp table: a pick runs hundreds of times a second and must not touch the
+    -- catalogue.
+    v_ctids tid[] := '{}';
+    v_tenants text[] := '{}';
+    v_pre_visible timestamptz[] := '{}';
+    v_bytes bigint[] := '{}';
+    v_fair_ranks integer[] := '{}';
+    v_total_bytes bigint := 0;
+    v_kept integer;
+    v_fair_list text[];
+    -- [not measured] fair_peek_rows = 64: rows of a tenant's key range the fairness round reads.
+    c_fair_peek constant integer := 64;
+BEGIN
+    PERFORM queen.shards_check_v1(p_fn, p_shards);
+    IF p_now IS NULL OR p_max_rows IS NULL OR p_max_rows <= 0 OR p_per_tenant IS NULL OR p_per_tenant <= 0 THEN
+        RAISE EXCEPTION '%: now must be given and max_rows, per_tenant must be > 0 (got %, %, %)',
+            p_fn, p_now, p_max_rows, p_per_tenant USING ERRCODE = '22023';
+    END IF;
+    IF p_fair_tenants IS NULL OR p_fair_tenants < 0 THEN
+        RAISE EXCEPTION '%: fair_tenants must be >= 0 (got %)', p_fn, p_fair_tenants USING ERRCODE = '22023';
+    END IF;
+    IF (p_max_bytes IS NOT NULL AND p_max_bytes <= 0) OR p_row_overhead IS NULL OR p_row_overhead < 0 THEN
+        RAISE EXCEPTION '%: max_bytes must be NULL or > 0 and row_overhead >= 0 (got %, %)',
+            p_fn, p_max_bytes, p_row_overhead USING ERRCODE = '22023';
+    END IF;
+
+    IF p_fair_tenants > 0 THEN
+        -- Tenants after the cursor, then from the start (wrapping), by a loose scan of the key.
+        WITH RECURSIVE after_cursor AS (
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > coalesce(p_fair_after, '')) AS tenant, 1 AS n
+            UNION ALL
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > a.tenant), a.n + 1
+            FROM after_cursor a WHERE a.tenant IS NOT NULL AND a.n < least(p_fair_tenants, p_max_rows)
+        ), from_start AS (
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t) AS tenant, 1 AS n
+            WHERE p_fair_after IS NOT NULL
+            UNION ALL
+            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > f.tenant), f.n + 1
+            FROM from_start f
+            WHERE f.tenant IS NOT NULL AND f.tenant < p_fair_after AND f.n < least(p_fair_tenants, p_max_rows)
+        )
+        SELECT array_agg(v.tenant ORDER BY v.part, v.n) INTO v_fair_list
+        FROM (
+            SELECT 1 AS part, a.n, a.tenant FROM after_cursor a WHERE a.tenant IS NOT NULL
+            UNION ALL
+            SELECT 2, f.n, f.tenant FROM from_start f WHERE f.tenant IS NOT NULL AND f.tenant <= p_fair_after
+        ) v;
+        v_fair_list := v_fair_list[1:least(p_fair_tenants, p_max_rows)];
+
+        SELECT coalesce(array_agg(x.row_id ORDER BY x.rank), '{}'), coalesce(array_agg(x.tenant_id ORDER BY x.rank), '{}'),
+               coalesce(array_agg(x.visible_at ORDER BY x.rank), '{}'), coalesce(array_agg(x.bytes ORDER BY x.rank), '{}'),
+               coalesce(array_agg(x.rank ORDER BY x.rank), '{}')
+        INTO v_round_ctids, v_round_tenants, v_round_visible, v_round_bytes, v_round_ranks
+        FROM unnest(v_fair_list) WITH ORDINALITY AS ft(tenant, rank)
+        CROSS JOIN LATERAL (
+            SELECT t.ctid AS row_id, t.tenant_id, t.visible_at, ft.rank::integer AS rank,
+                   octet_length(t.payload)::bigint + octet_length(t.timer_key) + p_row_overhead AS bytes
+            FROM queen.log_timers t
+            WHERE t.ctid = (
+                    SELECT c.row_id
+                    FROM (SELECT p.ctid AS row_id, p.visible_at
+                          FROM queen.log_timers p
+                          WHERE p.tenant_id = ft.tenant
+                          ORDER BY p.queue, p.timer_key
+                          LIMIT c_fair_peek) AS c
+                    WHERE c.visible_at <= p_now
+                    LIMIT 1)
+              AND t.visible_at <= p_now
+            FOR UPDATE OF t SKIP LOCKED
+        ) AS x;
+        v_kept := queen.pick_bytes_kept_v1(v_round_bytes, v_total_bytes, p_max_bytes);
+        v_ctids := v_round_ctids[1:v_kept];
+        v_tenants := v_round_tenants[1:v_kept];
+        v_pre_visible := v_round_visible[1:v_kept];
+        v_bytes := v_round_bytes[1:v_kept];
+        v_fair_ranks := v_round_ranks[1:v_kept];
+        v_total_bytes := coalesce((SELECT sum(b) FROM unnest(v_bytes) AS b), 0);
+        v_remaining := p_max_rows - cardinality(v_ctids);
+        -- The round's rows count toward each tenant's cap.
+        IF p_per_tenant <= 1 THEN
+            v_capped := v_tenants;
+        END IF;
+        IF v_kept < cardinality(v_round_ctids) THEN
+            v_remaining := 0;  -- the byte cap is reached
+        END IF;
+    END IF;
+
+    WHILE v_remaining > 0 AND cardinality(v_active) > 0 LOOP
+        v_share := ceil(v_remaining::numeric / cardinality(v_active))::integer;
+        -- One statement per round: up to v_share rows from each active shard, in shard order,
+        -- locked as they are read, stopping once the round has v_remaining rows.
+        SELECT coalesce(array_agg(f.row_id), '{}'), coalesce(array_agg(f.tenant_id), '{}'),
+               coalesce(array_agg(f.visible_at), '{}'), coalesce(array_agg(f.bytes), '{}'),
+               coalesce(array_agg(f.shard), '{}')
+        INTO v_round_ctids, v_round_tenants, v_round_visible, v_round_bytes, v_round_shards
+        FROM (
+            SELECT l.*
+            FROM unnest(v_active) AS s(shard)
+            CROSS JOIN LATERAL (
+                SELECT t.ctid AS row_id, t.tenant_id, t.visible_at, t.shard,
+                       octet_length(t.payload)::bigint + octet_length(t.timer_key) + p_row_overhead AS bytes
+                FROM queen.log_timers t
+                WHERE t.shard = s.shard AND t.visible_at <= p_now
+                  AND t.tenant_id <> ALL (v_capped)
+                  -- SKIP LOCKED skips only other transactions' locks: without this, a later
+                  -- round would re-read the rows this pick already locked and count them twice.
+                  AND t.ctid <> ALL (v_ctids)
+                ORDER BY t.visible_at
+                LIMIT v_share
+                FOR UPDATE OF t SKIP LOCKED
+            ) AS l
+            LIMIT v_remaining
+        ) AS f;
+        EXIT WHEN cardinality(v_round_ctids) = 0;
+
+        IF p_per_tenant < p_max_rows THEN
+            -- A row is kept while its tenant's count (earlier rounds, then this round in order)
+            -- stays within the cap; rows over it were locked by the round's statement but are
+            -- not taken. When the cap cannot bind (per_tenant >= max_rows: no pick takes more
+            -- than max_rows) the count is skipped (2 of 19 ms of a 200-row claim).
+            WITH prior AS (
+                SELECT x AS tenant, count(*) AS n FROM unnest(v_tenants) AS x GROUP BY x
+            )
+            SELECT coalesce(array_agg(r.row_id ORDER BY r.ord), '{}'), coalesce(array_agg(r.tenant ORDER BY r.ord), '{}'),
+                   coalesce(array_agg(r.visible ORDER BY r.ord), '{}'), coalesce(array_agg(r.bytes ORDER BY r.ord), '{}')
+            INTO v_round_ctids, v_round_tenants, v_round_visible, v_round_bytes
+            FROM (
+                SELECT u.*, count(*) OVER (PARTITION BY u.tenant ORDER BY u.ord) + coalesce(p.n, 0) AS nth
+                FROM unnest(v_round_ctids, v_round_tenants, v_round_visible, v_round_bytes)
+                     WITH ORDINALITY AS u(row_id, tenant, visible, bytes, ord)
+                LEFT JOIN prior p ON p.tenant = u.tenant
+                WHERE u.tenant <> ALL (v_capped)
+            ) AS r
+            WHERE r.nth <= p_per_tenant;
+        END IF;
+        v_kept := queen.pick_bytes_kept_v1(v_round_bytes, v_total_bytes, p_max_bytes);
+        v_ctids := v_ctids || v_round_ctids[1:v_kept];
+        v_tenants := v_tenants || v_round_tenants[1:v_kept];
+        v_pre_visible := v_pre_visible || v_round_visible[1:v_kept];
+        v_bytes := v_bytes || v_round_bytes[1:v_kept];
+        v_fair_ranks := v_fair_ranks || array_fill(NULL::integer, ARRAY[v_kept]);
+        v_total_bytes := v_total_bytes + coalesce((SELECT sum(b) FROM unnest(v_round_bytes[1:v_kept]) AS b), 0);
+        -- A row left out by the byte cap ends the pick: the next row would cross it.
+        EXIT WHEN v_kept < cardinality(v_round_ctids);
+        IF p_per_tenant < p_max_rows THEN
+            SELECT v_capped || coalesce(array_agg(c.tenant), '{}') INTO v_capped
+            FROM (SELECT x AS tenant FROM unnest(v_tenants) AS x
+                  GROUP BY x HAVING count(*) >= p_per_tenant) AS c
+            WHERE c.tenant <> ALL (v_capped);
+        END IF;
+        v_remaining := p_max_rows - cardinality(v_ctids);
+        EXIT WHEN v_remaining = 0;
+        -- Shards that gave their whole share may have more; so may the shards after the last
+        -- one the round read, which its LIMIT never reached (rows over a tenant's cap filled
+        -- it). The shards it read that gave less are drained for now.
+        SELECT coalesce(array_agg(full_shard.shard ORDER BY full_shard.first_seen), '{}') INTO v_next_active
+        FROM (SELECT g.shard, min(g.ord) AS first_seen
+              FROM unnest(v_round_shards) WITH ORDINALITY AS g(shard, ord)
+              GROUP BY g.shard
+              HAVING count(*) >= v_share) AS full_shard;
+        v_next_active := v_next_active || v_active[
+            coalesce((SELECT max(array_position(v_active, x)) FROM unnest(v_round_shards) AS x), 0) + 1 :];
+        v_active := v_next_active;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT u.row_id, u.tenant, u.visible, u.bytes, u.rank, v_fair_list[cardinality(v_fair_list)]
+    FROM unnest(v_ctids, v_tenants, v_pre_visible, v_bytes, v_fair_ranks) AS u(row_id, tenant, visible, bytes, rank);
+END;
+$$;
+
+-- How many of a round's rows (in order) fit the byte cap on top of p_total bytes already taken:
+-- the longest prefix whose running sum stays within p_max_bytes (all of them when there is no
+-- cap), and at least one when nothing was taken yet (a row bigger than the cap goes alone).
+CREATE OR REPLACE FUNCTION queen.pick_bytes_kept_v1(p_bytes bigint[], p_total bigint, p_max_bytes bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN p_max_bytes IS NULL THEN coalesce(cardinality(p_bytes), 0)
+        ELSE greatest(
+            (SELECT count(*)::integer
+             FROM (SELECT sum(b) OVER (ORDER BY ord) AS running
+                   FROM unnest(p_bytes) WITH ORDINALITY AS u(b, ord)) AS r
+             WHERE p_total + r.running <= p_max_bytes),
+            CASE WHEN p_total = 0 AND coalesce(cardinality(p_bytes), 0) > 0 THEN 1 ELSE 0 END)
+    END
+$$;
+
+-- CLAIM: picks up to p_max_rows due rows nobody holds (queen.log_timers_pick_v1: the fairness
+-- round, the shard rounds, the per-tenant cap), sets claimed_until = p_now + lease and a fresh
+-- random claim_token per row, and returns them ordered by their pre-claim visible_at. The leased
+-- path: the rows outlive this transaction, proven by their tokens until the fire.
 
 -- The signature without the fairness round, from before it existed.
 DROP FUNCTION IF EXISTS queen.log_timers_claim_v1(integer[], timestamptz, integer, integer, integer);
@@ -128,184 +369,31 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
 )
 LANGUAGE plpgsql
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
--- The generic plan PostgreSQL settles on after five calls cannot see the round's small LIMIT and
--- reads much more of each shard: 3.5 ms per 200-row claim became 12 ms (20 000 due rows).
-SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_active integer[] := p_shards;
-    v_next_active integer[];
-    v_remaining integer := p_max_rows;
-    v_share integer;
-    v_round_ctids tid[];
-    v_round_tenants text[];
-    v_round_visible timestamptz[];
-    v_round_shards integer[];
-    v_capped text[] := '{}';
-    -- What this claim has locked so far, by physical row address (stable while we hold the row
-    -- lock), so the final update is a TID scan and not a join against the table. No temp table:
-    -- a claim runs hundreds of times a second and must not touch the catalogue.
-    v_ctids tid[] := '{}';
-    v_tenants text[] := '{}';
-    v_pre_visible timestamptz[] := '{}';
-    v_fair_ranks integer[] := '{}';
-    v_fair_list text[];
-    -- [not measured] fair_peek_rows = 64: rows of a tenant's key range the fairness round reads.
-    c_fair_peek constant integer := 64;
 BEGIN
-    PERFORM queen.shards_check_v1('log_timers_claim_v1', p_shards);
-    IF p_now IS NULL OR p_lease_ms IS NULL OR p_lease_ms <= 0
-       OR p_max_rows IS NULL OR p_max_rows <= 0 OR p_per_tenant IS NULL OR p_per_tenant <= 0 THEN
-        RAISE EXCEPTION 'log_timers_claim_v1: now must be given and lease_ms, max_rows, per_tenant must be > 0 (got %, %, %, %)',
-            p_now, p_lease_ms, p_max_rows, p_per_tenant USING ERRCODE = '22023';
+    IF p_lease_ms IS NULL OR p_lease_ms <= 0 THEN
+        RAISE EXCEPTION 'log_timers_claim_v1: lease_ms must be > 0 (got %)', p_lease_ms USING ERRCODE = '22023';
     END IF;
-    IF p_fair_tenants IS NULL OR p_fair_tenants < 0 THEN
-        RAISE EXCEPTION 'log_timers_claim_v1: fair_tenants must be >= 0 (got %)', p_fair_tenants USING ERRCODE = '22023';
-    END IF;
-
-    IF p_fair_tenants > 0 THEN
-        -- Tenants after the cursor, then from the start (wrapping), by a loose scan of the key.
-        WITH RECURSIVE after_cursor AS (
-            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > coalesce(p_fair_after, '')) AS tenant, 1 AS n
-            UNION ALL
-            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > a.tenant), a.n + 1
-            FROM after_cursor a WHERE a.tenant IS NOT NULL AND a.n < least(p_fair_tenants, p_max_rows)
-        ), from_start AS (
-            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t) AS tenant, 1 AS n
-            WHERE p_fair_after IS NOT NULL
-            UNION ALL
-            SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > f.tenant), f.n + 1
-            FROM from_start f
-            WHERE f.tenant IS NOT NULL AND f.tenant < p_fair_after AND f.n < least(p_fair_tenants, p_max_rows)
-        )
-        SELECT array_agg(v.tenant ORDER BY v.part, v.n) INTO v_fair_list
-        FROM (
-            SELECT 1 AS part, a.n, a.tenant FROM after_cursor a WHERE a.tenant IS NOT NULL
-            UNION ALL
-            SELECT 2, f.n, f.tenant FROM from_start f WHERE f.tenant IS NOT NULL AND f.tenant <= p_fair_after
-        ) v;
-        v_fair_list := v_fair_list[1:least(p_fair_tenants, p_max_rows)];
-
-        SELECT coalesce(array_agg(x.row_id ORDER BY x.rank), '{}'), coalesce(array_agg(x.tenant_id ORDER BY x.rank), '{}'),
-               coalesce(array_agg(x.visible_at ORDER BY x.rank), '{}'), coalesce(array_agg(x.rank ORDER BY x.rank), '{}')
-        INTO v_ctids, v_tenants, v_pre_visible, v_fair_ranks
-        FROM unnest(v_fair_list) WITH ORDINALITY AS ft(tenant, rank)
-        CROSS JOIN LATERAL (
-            SELECT t.ctid AS row_id, t.tenant_id, t.visible_at, ft.rank::integer AS rank
-            FROM queen.log_timers t
-            WHERE t.ctid = (
-                    SELECT c.row_id
-                    FROM (SELECT p.ctid AS row_id, p.visible_at
-                          FROM queen.log_timers p
-                          WHERE p.tenant_id = ft.tenant
-                          ORDER BY p.queue, p.timer_key
-                          LIMIT c_fair_peek) AS c
-                    WHERE c.visible_at <= p_now
-                    LIMIT 1)
-              AND t.visible_at <= p_now
-            FOR UPDATE OF t SKIP LOCKED
-        ) AS x;
-        v_remaining := p_max_rows - cardinality(v_ctids);
-        -- The round's rows count toward each tenant's cap.
-        IF p_per_tenant <= 1 THEN
-            v_capped := v_tenants;
-        END IF;
-    END IF;
-
-    WHILE v_remaining > 0 AND cardinality(v_active) > 0 LOOP
-        v_share := ceil(v_remaining::numeric / cardinality(v_active))::integer;
-        -- One statement per round: up to v_share rows from each active shard, in shard order,
-        -- locked as they are read, stopping once the round has v_remaining rows.
-        SELECT coalesce(array_agg(f.row_id), '{}'), coalesce(array_agg(f.tenant_id), '{}'),
-               coalesce(array_agg(f.visible_at), '{}'), coalesce(array_agg(f.shard), '{}')
-        INTO v_round_ctids, v_round_tenants, v_round_visible, v_round_shards
-        FROM (
-            SELECT l.*
-            FROM unnest(v_active) AS s(shard)
-            CROSS JOIN LATERAL (
-                SELECT t.ctid AS row_id, t.tenant_id, t.visible_at, t.shard
-                FROM queen.log_timers t
-                WHERE t.shard = s.shard AND t.visible_at <= p_now
-                  AND t.tenant_id <> ALL (v_capped)
-                  -- SKIP LOCKED skips only other transactions' locks: without this, a later
-                  -- round would re-read the rows this claim already locked and count them twice.
-                  AND t.ctid <> ALL (v_ctids)
-                ORDER BY t.visible_at
-                LIMIT v_share
-                FOR UPDATE OF t SKIP LOCKED
-            ) AS l
-            LIMIT v_remaining
-        ) AS f;
-
-        IF p_per_tenant >= p_max_rows THEN
-            -- The cap cannot bind (no claim takes more than p_max_rows): every row of the round
-            -- is taken, and the tenant count below is skipped (2 of 19 ms of a 200-row claim).
-            v_ctids := v_ctids || v_round_ctids;
-            v_tenants := v_tenants || v_round_tenants;
-            v_pre_visible := v_pre_visible || v_round_visible;
-            v_fair_ranks := v_fair_ranks || array_fill(NULL::integer, ARRAY[cardinality(v_round_ctids)]);
-        ELSE
-            -- A row is taken while its tenant's count (earlier rounds, then this round in order)
-            -- stays within the cap; rows over it were locked by the round's statement but are
-            -- not claimed, and their locks end with this claim's transaction. One statement and
-            -- one concatenation per array per round.
-            WITH prior AS (
-                SELECT x AS tenant, count(*) AS n FROM unnest(v_tenants) AS x GROUP BY x
-            )
-            SELECT v_ctids || coalesce(array_agg(r.row_id ORDER BY r.ord), '{}'),
-                   v_tenants || coalesce(array_agg(r.tenant ORDER BY r.ord), '{}'),
-                   v_pre_visible || coalesce(array_agg(r.visible ORDER BY r.ord), '{}'),
-                   v_fair_ranks || coalesce(array_agg(NULL::integer ORDER BY r.ord), '{}')
-            INTO v_ctids, v_tenants, v_pre_visible, v_fair_ranks
-            FROM (
-                SELECT u.*, count(*) OVER (PARTITION BY u.tenant ORDER BY u.ord) + coalesce(p.n, 0) AS nth
-                FROM unnest(v_round_ctids, v_round_tenants, v_round_visible)
-                     WITH ORDINALITY AS u(row_id, tenant, visible, ord)
-                LEFT JOIN prior p ON p.tenant = u.tenant
-                WHERE u.tenant <> ALL (v_capped)
-            ) AS r
-            WHERE r.nth <= p_per_tenant;
-            SELECT v_capped || coalesce(array_agg(c.tenant), '{}') INTO v_capped
-            FROM (SELECT x AS tenant FROM unnest(v_tenants) AS x
-                  GROUP BY x HAVING count(*) >= p_per_tenant) AS c
-            WHERE c.tenant <> ALL (v_capped);
-        END IF;
-        v_remaining := p_max_rows - cardinality(v_ctids);
-        EXIT WHEN v_remaining = 0 OR cardinality(v_round_ctids) = 0;
-        -- Shards that gave their whole share may have more; so may the shards after the last
-        -- one the round read, which its LIMIT never reached (rows over a tenant's cap filled
-        -- it). The shards it read that gave less are drained for now.
-        SELECT coalesce(array_agg(full_shard.shard ORDER BY full_shard.first_seen), '{}') INTO v_next_active
-        FROM (SELECT g.shard, min(g.ord) AS first_seen
-              FROM unnest(v_round_shards) WITH ORDINALITY AS g(shard, ord)
-              GROUP BY g.shard
-              HAVING count(*) >= v_share) AS full_shard;
-        v_next_active := v_next_active || v_active[
-            coalesce((SELECT max(array_position(v_active, x)) FROM unnest(v_round_shards) AS x), 0) + 1 :];
-        v_active := v_next_active;
-    END LOOP;
-
-    IF cardinality(v_ctids) = 0 THEN
-        RETURN;
-    END IF;
-
     -- The rows are updated by address, each carrying its pre-claim visibility and fairness rank
     -- along (a TID scan per row, no join back on the key afterwards).
     RETURN QUERY
-    WITH claimed AS (
+    WITH picked AS MATERIALIZED (
+        SELECT * FROM queen.log_timers_pick_v1('log_timers_claim_v1', p_shards, p_now, p_max_rows,
+                                              p_per_tenant, p_fair_tenants, p_fair_after)
+    ), claimed AS (
         UPDATE queen.log_timers t
         SET claimed_until = p_now + make_interval(secs => p_lease_ms / 1000.0),
             claim_token = gen_random_uuid()
-        FROM unnest(v_ctids, v_pre_visible, v_fair_ranks) AS p(row_id, pre_visible, fair_rank)
+        FROM picked p
         WHERE t.ctid = p.row_id
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.deliver_at, p.pre_visible,
-                  t.txn, t.message_id, t.payload, t.attempts, t.claim_token, p.fair_rank
+                  t.txn, t.message_id, t.payload, t.attempts, t.claim_token, p.fair_rank, p.fair_next
     )
     SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.deliver_at, c.pre_visible,
            c.txn, c.message_id, c.payload, c.attempts, c.claim_token,
            greatest(0, floor(extract(epoch FROM p_now - c.deliver_at) * 1000))::bigint,
-           c.fair_rank, v_fair_list[cardinality(v_fair_list)]
+           c.fair_rank, c.fair_next
     FROM claimed c
     ORDER BY c.pre_visible, c.tenant_id, c.queue, c.timer_key;
 END;

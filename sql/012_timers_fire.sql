@@ -37,6 +37,21 @@ LANGUAGE sql IMMUTABLE AS $$
     CROSS JOIN LATERAL generate_series(s.start + 1, s.start + s.n) AS g(pos)
 $$;
 
+-- The positions p_positions of a fire call with their full key and token as plain columns: what
+-- the row probes join on. Reading the key from an array subscript inside the probe let the planner
+-- seek log_timers_pkey on (tenant_id, queue) alone and filter the key afterwards: with 20 000
+-- rows in one queue a 200-row fire read 158 400 rows and took about 1 s.
+CREATE OR REPLACE FUNCTION queen.fire_keys_v1(
+    p_seg_tenants text[], p_seg_queues text[], p_seg_sizes integer[],
+    p_timer_keys text[], p_tokens uuid[], p_positions integer[]
+) RETURNS TABLE (pos integer, tenant text, queue text, timer_key text, token uuid)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT r.pos, r.tenant, r.queue, k.timer_key, k.token
+    FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+    JOIN unnest(p_timer_keys, p_tokens) WITH ORDINALITY AS k(timer_key, token, pos) ON k.pos = r.pos
+    WHERE r.pos = ANY (p_positions)
+$$;
+
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_seg_tenants text[],
     p_seg_queues text[],
@@ -109,12 +124,15 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- Lock the rows still held with our token, one primary-key probe each; skip any row another
-    -- transaction has locked (a fire never waits on a timer row).
+    -- Lock the rows still held with our token, one primary-key probe each (all three key columns
+    -- and the token as plain columns of the probe's outer side, so the probe is a single-row
+    -- index seek whatever the destination's backlog); skip any row another transaction has
+    -- locked (a fire never waits on a timer row).
     v_row_ids := array_fill(NULL::tid, ARRAY[v_rows]);
     v_message_ids := array_fill(NULL::uuid, ARRAY[v_rows]);
     v_txns := array_fill(NULL::text, ARRAY[v_rows]);
     v_payloads := array_fill(NULL::bytea, ARRAY[v_rows]);
+    v_wanted := ARRAY(SELECT generate_series(1, v_rows));
     FOR v_attempt IN 0 .. c_busy_retries LOOP
         IF v_attempt > 0 THEN
             -- Still ours, but locked by somebody this instant: almost always a concurrent claim
@@ -126,30 +144,30 @@ BEGIN
         END IF;
         FOR v_held IN
             SELECT r.pos, h.row_id, h.message_id, h.txn, h.payload
-            FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
+            FROM queen.fire_keys_v1(p_seg_tenants, p_seg_queues, p_seg_sizes, p_timer_keys, p_tokens, v_wanted) AS r
             CROSS JOIN LATERAL (
                 SELECT t.ctid AS row_id, t.message_id, t.txn, t.payload
                 FROM queen.log_timers t
-                WHERE t.tenant_id = r.tenant AND t.queue = r.queue AND t.timer_key = p_timer_keys[r.pos]
-                  AND t.claim_token = p_tokens[r.pos]
+                WHERE t.tenant_id = r.tenant AND t.queue = r.queue AND t.timer_key = r.timer_key
+                  AND t.claim_token = r.token
                 FOR UPDATE OF t SKIP LOCKED
             ) AS h
-            -- Every position on the first attempt; a retry looks only for the busy ones.
-            WHERE v_attempt = 0 OR r.pos = ANY (v_wanted)
         LOOP
             v_row_ids[v_held.pos] := v_held.row_id;
             v_message_ids[v_held.pos] := v_held.message_id;
             v_txns[v_held.pos] := v_held.txn;
             v_payloads[v_held.pos] := v_held.payload;
         END LOOP;
-        -- Positions not held but still carrying our token in a plain read: locked by another.
+        -- Positions not held: in the common case none, and the table is not read again. Of the
+        -- others, those still carrying our token in a plain read are locked by another: wanted.
+        v_wanted := ARRAY(SELECT p FROM generate_series(1, v_rows) AS p WHERE v_row_ids[p] IS NULL);
+        EXIT WHEN cardinality(v_wanted) = 0;
         v_wanted := ARRAY(
             SELECT r.pos
-            FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
-            WHERE v_row_ids[r.pos] IS NULL
-              AND EXISTS (SELECT 1 FROM queen.log_timers t
+            FROM queen.fire_keys_v1(p_seg_tenants, p_seg_queues, p_seg_sizes, p_timer_keys, p_tokens, v_wanted) AS r
+            WHERE EXISTS (SELECT 1 FROM queen.log_timers t
                           WHERE t.tenant_id = r.tenant AND t.queue = r.queue
-                            AND t.timer_key = p_timer_keys[r.pos] AND t.claim_token = p_tokens[r.pos]));
+                            AND t.timer_key = r.timer_key AND t.claim_token = r.token));
         EXIT WHEN cardinality(v_wanted) = 0;
     END LOOP;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use queen_sweeper::{
     ApplyResult, CLIENT_GRACE, ClaimRequest, Claimed, Error, ExpireStep, FailCause, FailOutcome,
     FailRequest, FireCall, Maintenance, Probe, SegmentOutcome, ShardOrder, Slot, Store, Switch,
-    SwitchStates, TimerOp, TimerRef, TimerTx, UsageStep,
+    SwitchStates, TakeRequest, Taken, TimerOp, TimerRef, TimerTx, UsageStep,
 };
 use turmoil::net::TcpStream;
 
@@ -157,6 +157,18 @@ impl Store for SimStore {
                 fair_after: fair_next.filter(|_| claim.fair.is_some()),
             }),
             other => Err(unexpected("claim", &other)),
+        }
+    }
+
+    async fn take(&self, _slot: &Slot<Maintenance>, request: &TakeRequest) -> Result<Taken, Error> {
+        match self.call(Request::Take(request.clone())).await? {
+            Response::Taken(mut taken) => {
+                if request.fair.is_none() {
+                    taken.fair_after = None;
+                }
+                Ok(taken)
+            }
+            other => Err(unexpected("take", &other)),
         }
     }
 

@@ -73,7 +73,7 @@ async fn claim_then_fire<S: Store>(
             }
             Ok(rows) => claimed.extend(rows),
             Err(class) => {
-                report.stop = DrainStop::ClaimFailed(class);
+                report.stop = DrainStop::CallFailed(class);
                 break;
             }
         }

@@ -5,7 +5,7 @@
 use queen_sweeper::{ApplyResult, TimerOp};
 use queen_sweeper::{
     ClaimedTimer, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome, Switch,
-    SwitchStates, TimerRef, UsageStep,
+    SwitchStates, TakeRequest, Taken, TimerRef, UsageStep,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -32,6 +32,7 @@ pub enum Request {
         fair_tenants: u32,
         fair_after: Option<String>,
     },
+    Take(TakeRequest),
     Fire {
         call: FireCall,
     },
@@ -87,6 +88,7 @@ impl Request {
         match self {
             Request::Probe { .. } => "probe",
             Request::Claim { .. } => "claim",
+            Request::Take(_) => "take",
             Request::Fire { .. } => "fire",
             Request::Fail { .. } => "fail",
             Request::Dlq { .. } => "dlq",
@@ -110,6 +112,7 @@ pub enum Response {
         /// The last tenant the fairness round visited.
         fair_next: Option<String>,
     },
+    Taken(Taken),
     Fired(Vec<SegmentOutcome>),
     Failed(Vec<FailOutcome>),
     Count(u64),

@@ -10,8 +10,9 @@ use queen_sim::model::server::{Costs, Db, serve};
 use queen_sim::wire::{Request, Response};
 use queen_sweeper::{
     Admission, ApplyResult, ApplyStatus, ClaimRequest, Destination, FailCause, FailRequest,
-    FailRow, FairRound, FireCall, HeldTimer, Maintenance, Payload, PgStore, Segment, SegmentResult,
-    ShardOrder, Slot, Store, TimerOp, TimerTx, plan_fire_calls,
+    FailRow, FairRound, FireCall, HeldTimer, Maintenance, Payload, PgStore, ROW_OVERHEAD_BYTES,
+    Segment, SegmentResult, ShardOrder, Slot, Store, TakeRequest, TimerOp, TimerTx,
+    plan_fire_calls,
 };
 use queen_testdb::TestDb;
 
@@ -46,6 +47,23 @@ trait Backend {
     /// A fire call straight to the database, past the port's own assertions, to check the
     /// database's guards.
     async fn fire_unchecked(&self, call: FireCall) -> Option<String>;
+    /// Locks timer `key` of tenant `t`, queue `q` in a transaction of its own, held until the
+    /// returned guard is dropped (another broker's take or claim in flight).
+    async fn lock_timer(&self, key: &str) -> Box<dyn std::any::Any>;
+    /// The offsets of every message in partition `p` of queue `q` of tenant `t`, sorted.
+    async fn offsets(&self) -> Vec<u64>;
+}
+
+/// A model row lock held by a transaction that does nothing else, released on drop.
+struct ModelLock {
+    db: Arc<Db>,
+    txn: u64,
+}
+
+impl Drop for ModelLock {
+    fn drop(&mut self) {
+        self.db.with(|t| t.release_locks(self.txn));
+    }
 }
 
 struct Model {
@@ -86,6 +104,28 @@ impl Backend for Model {
             self.store.call(request).await.expect("kv put"),
             Response::Done
         ));
+    }
+    async fn lock_timer(&self, key: &str) -> Box<dyn std::any::Any> {
+        let txn = self.db.with(|t| {
+            let txn = t.new_txn();
+            t.row_locks.insert(timer_key(key), txn);
+            txn
+        });
+        Box::new(ModelLock {
+            db: self.db.clone(),
+            txn,
+        })
+    }
+    async fn offsets(&self) -> Vec<u64> {
+        let mut offsets: Vec<u64> = self.db.with(|t| {
+            t.messages
+                .iter()
+                .filter(|m| m.destination.partition == "p")
+                .map(|m| m.offset)
+                .collect()
+        });
+        offsets.sort_unstable();
+        offsets
     }
     async fn fire_unchecked(&self, call: FireCall) -> Option<String> {
         self.store
@@ -128,6 +168,36 @@ impl Backend for Pg {
             .execute(self.store.pool())
             .await
             .expect("kv put");
+    }
+    async fn lock_timer(&self, key: &str) -> Box<dyn std::any::Any> {
+        let mut connection = self.store.pool().acquire().await.expect("a connection");
+        sqlx::query("BEGIN")
+            .execute(&mut *connection)
+            .await
+            .expect("begin");
+        sqlx::query(
+            "SELECT 1 FROM queen.log_timers \
+             WHERE tenant_id = 't' AND queue = 'q' AND timer_key = $1 FOR UPDATE",
+        )
+        .bind(key)
+        .execute(&mut *connection)
+        .await
+        .expect("lock");
+        // Dropped, the connection goes back to the pool and sqlx rolls its transaction back;
+        // detached, it closes: either way the lock ends.
+        Box::new(connection.detach())
+    }
+    async fn offsets(&self) -> Vec<u64> {
+        let offsets: Vec<i64> = sqlx::query_scalar(
+            "SELECT m.\"offset\" FROM queen.log_messages m \
+             JOIN queen.log_partitions lp ON lp.id = m.partition_id \
+             JOIN queen.queues q ON q.id = lp.queue_id \
+             WHERE q.tenant_id = 't' AND q.name = 'q' AND lp.name = 'p' ORDER BY 1",
+        )
+        .fetch_all(self.store.pool())
+        .await
+        .expect("offsets");
+        offsets.into_iter().map(|o| o as u64).collect()
     }
     async fn fire_unchecked(&self, call: FireCall) -> Option<String> {
         let column =
@@ -224,7 +294,245 @@ conformance![
     the_prune_deletes_expired_rows_in_budgets_and_reports_done,
     the_schedule_seam_answers_every_status,
     the_fairness_round_serves_a_small_tenant_behind_a_big_backlog,
+    a_take_fires_due_rows_once_into_dense_offsets_and_deletes_them,
+    a_take_stops_at_its_row_budget_and_before_the_row_that_crosses_the_byte_cap,
+    a_take_skips_rows_another_transaction_holds,
+    a_take_runs_the_fairness_round,
+    a_take_leaves_leased_and_backing_off_rows_alone,
 ];
+
+fn timer_key(key: &str) -> queen_sim::model::state::TimerKey {
+    queen_sim::model::state::TimerKey {
+        tenant: "t".into(),
+        queue: "q".into(),
+        key: key.into(),
+    }
+}
+
+fn take_of(max_rows: u32, max_bytes: u64) -> TakeRequest {
+    TakeRequest {
+        shards: ALL(),
+        max_rows,
+        per_tenant: max_rows,
+        fair: None,
+        max_bytes,
+        row_overhead: ROW_OVERHEAD_BYTES,
+    }
+}
+
+/// `timer_key`s of the fired timers, in the order of the log (offset order per destination).
+async fn fired_keys<B: Backend>(b: &B) -> Vec<String> {
+    b.messages()
+        .await
+        .into_iter()
+        .map(|txn| txn.trim_start_matches("txn-").to_owned())
+        .collect()
+}
+
+async fn a_take_fires_due_rows_once_into_dense_offsets_and_deletes_them<B: Backend>(b: &B) {
+    let mut ops: Vec<TimerOp> = (0..5).map(|i| schedule(&format!("due-{i}"), -10)).collect();
+    ops.push(schedule("later", 60_000));
+    b.schedule("t", ops).await;
+    let slot = slot().await;
+    let taken = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(taken.timers(), 5);
+    assert_eq!(taken.destinations.len(), 1);
+    let only = &taken.destinations[0];
+    assert_eq!(
+        only.destination,
+        Destination {
+            tenant: "t".into(),
+            queue: "q".into(),
+            partition: "p".into(),
+        }
+    );
+    assert_eq!(only.first_offset, 0);
+    assert!(only.late_ms.iter().all(|&late| late >= 10), "{taken:?}");
+    assert_eq!(b.offsets().await, [0, 1, 2, 3, 4], "dense, from 0");
+    assert_eq!(
+        fired_keys(b).await,
+        ["due-0", "due-1", "due-2", "due-3", "due-4"]
+    );
+    let again = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(again.timers(), 0, "a fired timer is gone: {again:?}");
+    let probe = b.store().probe(&slot, &ALL(), 10).await.expect("probe");
+    assert_eq!(probe.due, 0);
+    assert!(probe.next_in_ms.is_some(), "the later timer is still there");
+}
+
+async fn a_take_stops_at_its_row_budget_and_before_the_row_that_crosses_the_byte_cap<B: Backend>(
+    b: &B,
+) {
+    // Six timers of exactly 1 000 payload bytes; each counts 1 000 + 2 (its key) + the overhead.
+    let ops: Vec<TimerOp> = (0..6)
+        .map(|i| TimerOp::Schedule {
+            queue: "q".into(),
+            timer_key: format!("b{i}"),
+            delay_ms: -10,
+            payload: Payload::Bytes(vec![7; 1000]),
+            partition: Some("p".into()),
+            txn: Some(format!("txn-b{i}")),
+        })
+        .collect();
+    b.schedule("t", ops).await;
+    let row = 1000 + 2 + ROW_OVERHEAD_BYTES;
+    let slot = slot().await;
+    let by_rows = b
+        .store()
+        .take(&slot, &take_of(1, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(by_rows.timers(), 1, "the row budget");
+    let exact = b
+        .store()
+        .take(&slot, &take_of(10, 2 * row))
+        .await
+        .expect("take");
+    assert_eq!(exact.timers(), 2, "two rows fill the cap exactly");
+    let under = b
+        .store()
+        .take(&slot, &take_of(10, 2 * row - 1))
+        .await
+        .expect("take");
+    assert_eq!(
+        under.timers(),
+        1,
+        "one byte less: the second row would cross it"
+    );
+    let alone = b
+        .store()
+        .take(&slot, &take_of(10, 100))
+        .await
+        .expect("take");
+    assert_eq!(alone.timers(), 1, "a row over the cap goes alone");
+    let rest = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(rest.timers(), 1);
+    assert_eq!(b.offsets().await, [0, 1, 2, 3, 4, 5]);
+}
+
+async fn a_take_skips_rows_another_transaction_holds<B: Backend>(b: &B) {
+    b.schedule(
+        "t",
+        (0..3).map(|i| schedule(&format!("k{i}"), -10)).collect(),
+    )
+    .await;
+    let held = b.lock_timer("k1").await;
+    let slot = slot().await;
+    let taken = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(taken.timers(), 2, "the held row is skipped, not waited for");
+    assert_eq!(fired_keys(b).await, ["k0", "k2"]);
+    drop(held);
+    b.sleep(Duration::from_millis(50)).await;
+    let later = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(later.timers(), 1, "released, it is taken");
+    assert_eq!(b.offsets().await, [0, 1, 2]);
+}
+
+async fn a_take_runs_the_fairness_round<B: Backend>(b: &B) {
+    for chunk in 0..3 {
+        let ops = (0..100)
+            .map(|i| schedule(&format!("big-{chunk}-{i}"), -1_000))
+            .collect();
+        b.schedule("big", ops).await;
+    }
+    b.schedule("small", vec![schedule("only", -1)]).await;
+    let slot = slot().await;
+    let plain = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert!(
+        plain
+            .destinations
+            .iter()
+            .all(|d| d.destination.tenant == "big"),
+        "without the round, visibility order wins"
+    );
+    let fair = b
+        .store()
+        .take(
+            &slot,
+            &TakeRequest {
+                fair: Some(FairRound {
+                    tenants: 32,
+                    after: None,
+                }),
+                ..take_of(10, 1 << 20)
+            },
+        )
+        .await
+        .expect("take");
+    assert_eq!(fair.timers(), 10);
+    assert!(
+        fair.destinations
+            .iter()
+            .any(|d| d.destination.tenant == "small"),
+        "{fair:?}"
+    );
+    assert_eq!(fair.fair_after.as_deref(), Some("small"));
+}
+
+async fn a_take_leaves_leased_and_backing_off_rows_alone<B: Backend>(b: &B) {
+    b.schedule(
+        "t",
+        (0..3).map(|i| schedule(&format!("k{i}"), -10)).collect(),
+    )
+    .await;
+    let slot = slot().await;
+    let leased = b
+        .store()
+        .claim(&slot, &claim_of(Duration::from_secs(30), 1, 1))
+        .await
+        .expect("claim")
+        .rows;
+    let backoff = b
+        .store()
+        .claim(&slot, &claim_of(Duration::from_secs(30), 1, 1))
+        .await
+        .expect("claim")
+        .rows;
+    let failed = FailRow {
+        timer: backoff[0].timer_ref(),
+        backoff: Duration::from_secs(60),
+    };
+    b.store()
+        .fail(
+            &slot,
+            &fail_of(vec![failed], "later", FailCause::Transient, 5),
+        )
+        .await
+        .expect("fail");
+    let taken = b
+        .store()
+        .take(&slot, &take_of(10, 1 << 20))
+        .await
+        .expect("take");
+    assert_eq!(taken.timers(), 1, "only the free row: {taken:?}");
+    assert_eq!(fired_keys(b).await.len(), 1);
+    assert!(!fired_keys(b).await.contains(&leased[0].timer_key));
+    assert!(!fired_keys(b).await.contains(&backoff[0].timer_key));
+}
 
 const ALL: fn() -> ShardOrder = || ShardOrder::starting_at(0);
 

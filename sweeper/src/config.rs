@@ -70,6 +70,8 @@ pub mod knob {
             "every database call is cancelled server-side after this long";
         MAX_ATTEMPTS = "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, [1, 1_000],
             "failed fires (not counting transient ones) before a timer goes to the DLQ";
+        FIRE_TAKE = "QUEEN_SWEEPER_FIRE_TAKE", 1, [0, 1],
+            "1: each batch is taken, fired and deleted in one transaction; 0: each batch is claimed with a lease, then fired (the seed's two-phase path, kept to compare)";
         KV_EXPIRE_EVERY_MS = "QUEEN_KV_EXPIRE_EVERY_MS", 1_000, [1, 24 * HOUR_MS],
             "cadence of the KV prune";
         KV_EXPIRE_BATCH = "QUEEN_KV_EXPIRE_BATCH", 1_000, [1, 1_000_000],
@@ -104,6 +106,9 @@ pub struct Config {
     pub statement_timeout_ms: u64,
     /// `QUEEN_SWEEPER_MAX_ATTEMPTS`.
     pub max_attempts: u32,
+    /// `QUEEN_SWEEPER_FIRE_TAKE`: batches are taken in one transaction (true) or claimed with a
+    /// lease, then fired (false).
+    pub fire_take: bool,
     /// `QUEEN_KV_EXPIRE_EVERY_MS`.
     pub kv_expire_every_ms: u64,
     /// `QUEEN_KV_EXPIRE_BATCH`.
@@ -188,6 +193,7 @@ impl Config {
             due_cap: narrow(&knob::DUE_CAP),
             statement_timeout_ms: value(&knob::STATEMENT_TIMEOUT_MS),
             max_attempts: narrow(&knob::MAX_ATTEMPTS),
+            fire_take: value(&knob::FIRE_TAKE) == 1,
             kv_expire_every_ms: value(&knob::KV_EXPIRE_EVERY_MS),
             kv_expire_batch: narrow(&knob::KV_EXPIRE_BATCH),
             kv_usage_every_ms: value(&knob::KV_USAGE_EVERY_MS),
@@ -219,6 +225,7 @@ impl Config {
             (&knob::DUE_CAP, u64::from(self.due_cap)),
             (&knob::STATEMENT_TIMEOUT_MS, self.statement_timeout_ms),
             (&knob::MAX_ATTEMPTS, u64::from(self.max_attempts)),
+            (&knob::FIRE_TAKE, u64::from(self.fire_take)),
             (&knob::KV_EXPIRE_EVERY_MS, self.kv_expire_every_ms),
             (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
             (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
@@ -319,6 +326,7 @@ impl Config {
             u64::from(self.due_cap),
             self.statement_timeout_ms,
             u64::from(self.max_attempts),
+            u64::from(self.fire_take),
             self.kv_expire_every_ms,
             u64::from(self.kv_expire_batch),
             self.kv_usage_every_ms,

@@ -36,6 +36,11 @@ use crate::waker::Waker;
 /// How often the kill switches are re-read from `queen.system_state`. Not measured.
 pub const SWITCH_REFRESH: Duration = Duration::from_secs(5);
 
+/// A pass whose slowest take, claim or fire call ran longer than this fraction of the statement
+/// timeout (1 s of the default 5 s) puts the fire under pressure: the next pass halves its batch
+/// and doubles its sleep after work, up to the ceiling. Not measured.
+pub const PRESSURE_CALL_FRACTION: u32 = 5;
+
 /// Tenants the first claim of a pass serves one due row each before anything else (the fairness
 /// round; see `FairRound`). Not measured: each costs one index seek and at most 64 row reads.
 pub const FAIR_TENANTS_PER_PASS: u32 = 32;
@@ -107,7 +112,10 @@ pub struct Sweeper<S> {
     limits: DrainLimits,
     form: Box<dyn Form<S>>,
     passes: u64,
-    pressure: u32,
+    /// Consecutive passes that ended on a budget or a capped backlog: sheds the sub-clocks.
+    backlog_passes: u32,
+    /// How many times the fire's batch is halved and its sleep after work doubled.
+    fire_pressure: u32,
     switches_read_at: Option<Instant>,
     fair: FairRound,
 }
@@ -117,7 +125,8 @@ impl<S> std::fmt::Debug for Sweeper<S> {
         f.debug_struct("Sweeper")
             .field("identity", &self.identity)
             .field("passes", &self.passes)
-            .field("pressure", &self.pressure)
+            .field("backlog_passes", &self.backlog_passes)
+            .field("fire_pressure", &self.fire_pressure)
             .finish_non_exhaustive()
     }
 }
@@ -153,7 +162,8 @@ impl<S: Store> Sweeper<S> {
             jitter,
             subclocks,
             passes: 0,
-            pressure: 0,
+            backlog_passes: 0,
+            fire_pressure: 0,
             switches_read_at: None,
             fair: FairRound {
                 tenants: FAIR_TENANTS_PER_PASS,
@@ -273,12 +283,12 @@ impl<S: Store> Sweeper<S> {
                     drain.map(|d| d.stop),
                     Some(DrainStop::RowBudget | DrainStop::LeaseBudget)
                 ));
-        self.pressure = if pressured {
-            self.pressure.saturating_add(1)
+        self.backlog_passes = if pressured {
+            self.backlog_passes.saturating_add(1)
         } else {
             0
         };
-        self.adapt_batch(drain.as_ref(), &probe);
+        self.adapt_to_pressure(drain.as_ref(), &probe);
 
         let timer = clock::tokio_now();
         let subclocks = self
@@ -289,7 +299,7 @@ impl<S: Store> Sweeper<S> {
                 &self.metrics,
                 &shards,
                 timer,
-                self.pressure,
+                self.backlog_passes,
             )
             .await;
         self.observe_phase("subclocks", timer);
@@ -348,21 +358,49 @@ impl<S: Store> Sweeper<S> {
         report
     }
 
-    /// Under failure the fire shrinks its batch (and the outcome lengthens its sleep); it never
-    /// switches itself off. A clean pass grows the batch back to the configured size.
-    fn adapt_batch(&mut self, drain: Option<&DrainReport>, probe: &Result<Probe, Class>) {
-        let struggled = matches!(probe, Err(Class::Transient))
+    /// Under pressure the fire shrinks its batch and lengthens its sleep; it never switches itself
+    /// off. Pressure is what the pass measured: a transient failure (the probe's, a take's, a
+    /// claim's or a fire's), or a call slower than a fifth of the statement timeout. Each pressured
+    /// pass halves the batch and doubles the sleep after work once more (down to one row, up to
+    /// the ceiling); each clean pass undoes one step.
+    fn adapt_to_pressure(&mut self, drain: Option<&DrainReport>, probe: &Result<Probe, Class>) {
+        let slow = self.config.statement_timeout() / PRESSURE_CALL_FRACTION;
+        let pressured = matches!(probe, Err(Class::Transient))
             || drain.is_some_and(|d| {
-                d.transient_failures > 0 || d.stop == DrainStop::ClaimFailed(Class::Transient)
+                d.transient_failures > 0
+                    || d.stop == DrainStop::CallFailed(Class::Transient)
+                    || d.slowest_call > slow
             });
-        self.limits.claim_batch = if struggled {
-            (self.limits.claim_batch / 2).max(1)
+        let deepest = self.deepest_pressure();
+        self.fire_pressure = if pressured {
+            (self.fire_pressure + 1).min(deepest)
         } else {
-            self.limits
-                .claim_batch
-                .saturating_mul(2)
-                .min(self.config.claim_batch)
+            self.fire_pressure.saturating_sub(1)
         };
+        self.limits.claim_batch = (self.config.claim_batch >> self.fire_pressure).max(1);
+        self.metrics
+            .fire_pressure
+            .set(i64::from(self.fire_pressure));
+    }
+
+    /// The deepest pressure level that still changes something: the batch can halve, or the
+    /// sleep after work can double without passing the ceiling.
+    fn deepest_pressure(&self) -> u32 {
+        let halvings = 32 - self.config.claim_batch.leading_zeros();
+        let ratio = self.config.sleep_ms_max / self.config.sleep_ms_min.max(1);
+        let doublings = 64 - ratio.leading_zeros();
+        halvings.max(doublings)
+    }
+
+    /// The sleep after a pass that left work: the floor, doubled once per pressure level.
+    fn after_work(&self) -> PassOutcome {
+        if self.fire_pressure == 0 {
+            return PassOutcome::WorkAvailable;
+        }
+        let shift = self.fire_pressure.min(63);
+        PassOutcome::DueLater {
+            next_in_ms: self.config.sleep_ms_min.saturating_mul(1 << shift),
+        }
     }
 
     fn outcome(&self, probe: Option<&Probe>, drain: Option<&DrainReport>) -> PassOutcome {
@@ -389,8 +427,9 @@ impl<S: Store> Sweeper<S> {
             DrainStop::NothingToClaim
             | DrainStop::RowBudget
             | DrainStop::LeaseBudget
-            | DrainStop::Shutdown => PassOutcome::WorkAvailable,
-            DrainStop::ClaimFailed(_) => PassOutcome::NothingDue,
+            | DrainStop::Shutdown => self.after_work(),
+            // The database is struggling, or the deployment is broken (class 42): the ceiling.
+            DrainStop::CallFailed(_) => PassOutcome::NothingDue,
         }
     }
 

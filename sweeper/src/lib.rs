@@ -51,8 +51,8 @@ pub use admission::{Ack, Admission, Lane, LaneSizes, Maintenance, Pop, Push, Slo
 pub use classify::{Class, classify};
 pub use config::{Config, FORBIDDEN_SHARDS_VAR, Knob, knob};
 pub use cycle::{
-    FAIR_TENANTS_PER_PASS, Form, Jitter, PassReport, SWITCH_REFRESH, Shipped, Sweeper,
-    identity_shard,
+    FAIR_TENANTS_PER_PASS, Form, Jitter, PRESSURE_CALL_FRACTION, PassReport, SWITCH_REFRESH,
+    Shipped, Sweeper, identity_shard,
 };
 pub use drain::failure::{
     FailedCall, PERMANENT_BACKOFF_BASE, PERMANENT_BACKOFF_MAX, TRANSIENT_BACKOFF, backoff,
@@ -77,7 +77,7 @@ pub use switches::Switches;
 pub use types::{
     ApplyResult, ApplyStatus, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep,
     FailCause, FailOutcome, FailRequest, FailRow, FairRound, FireCall, HeldTimer, Payload, Probe,
-    SHARD_COUNT, Segment, SegmentOutcome, SegmentResult, ShardOrder, Switch, SwitchStates, TimerOp,
-    TimerRef, UsageStep, stable_shard,
+    SHARD_COUNT, Segment, SegmentOutcome, SegmentResult, ShardOrder, Switch, SwitchStates,
+    TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep, stable_shard,
 };
 pub use waker::{Wake, Waker};

@@ -9,6 +9,8 @@
 //! | `queen_sweeper_segments_total{result}` | segments fired or stale (stale ones are the livelock's signature) |
 //! | `queen_sweeper_failures_total{class}` | failed database calls by class |
 //! | `queen_sweeper_dlq_total` | timers archived to the DLQ |
+//! | `queen_sweeper_fire_config_failures_total` | take or fire calls that failed on the deployment (SQLSTATE class 42); no timer spent an attempt |
+//! | `queen_sweeper_fire_pressure` | the fire's pressure level: its batch is halved and its sleep doubled this many times |
 //! | `queen_sweeper_phase_seconds{phase}` | time per cycle phase |
 //! | `queen_sweeper_sleep_ms` | histogram of planned sleeps |
 //! | `queen_sweeper_phase_skipped_total{phase,reason}` | phases shed, switched off, or disabled |
@@ -85,6 +87,10 @@ pub struct Metrics {
     pub failures: Family<ClassLabel, Counter>,
     /// `queen_sweeper_dlq_total`.
     pub dlq: Counter,
+    /// `queen_sweeper_fire_config_failures_total`.
+    pub fire_config_failures: Counter,
+    /// `queen_sweeper_fire_pressure`.
+    pub fire_pressure: Gauge,
     /// `queen_sweeper_phase_seconds{phase}`.
     pub phase_seconds: PhaseHistogram,
     /// `queen_sweeper_sleep_ms`.
@@ -139,6 +145,8 @@ impl Metrics {
             segments: Family::default(),
             failures: Family::default(),
             dlq: Counter::default(),
+            fire_config_failures: Counter::default(),
+            fire_pressure: Gauge::default(),
             phase_seconds: Family::new_with_constructor(phase_histogram),
             // 1 ms .. ~65 s
             sleep_ms: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
@@ -192,6 +200,16 @@ impl Metrics {
             "queen_sweeper_dlq",
             "Timers archived to the DLQ",
             self.dlq.clone(),
+        );
+        r.register(
+            "queen_sweeper_fire_config_failures",
+            "Take or fire calls that failed on the deployment (SQLSTATE class 42); no timer spent an attempt",
+            self.fire_config_failures.clone(),
+        );
+        r.register(
+            "queen_sweeper_fire_pressure",
+            "Times the fire's batch is halved and its sleep doubled under pressure",
+            self.fire_pressure.clone(),
         );
     }
 

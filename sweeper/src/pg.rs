@@ -24,7 +24,7 @@ use crate::port::{Store, TimerTx};
 use crate::types::{
     ApplyResult, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep, FailCause,
     FailOutcome, FailRequest, FireCall, Probe, SegmentOutcome, SegmentResult, ShardOrder, Switch,
-    SwitchStates, TimerOp, TimerRef, UsageStep,
+    SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep,
 };
 
 /// How much longer than the server's statement timeout the client waits before giving the
@@ -232,6 +232,19 @@ fn claimed_timer(row: &PgRow) -> Result<ClaimedTimer, sqlx::Error> {
     })
 }
 
+fn taken_destination(row: &PgRow) -> Result<TakenDestination, sqlx::Error> {
+    let late_ms: Vec<i64> = row.try_get(4)?;
+    Ok(TakenDestination {
+        destination: Destination {
+            tenant: row.try_get(0)?,
+            queue: row.try_get(1)?,
+            partition: row.try_get(2)?,
+        },
+        first_offset: non_negative(row.try_get(3)?),
+        late_ms: late_ms.into_iter().map(non_negative).collect(),
+    })
+}
+
 /// The fire's arrays: per segment (tenant, queue, partition, size), per row (key, token).
 struct FireArrays {
     tenants: Vec<String>,
@@ -359,6 +372,53 @@ impl Store for PgStore {
         );
         Ok(Claimed {
             rows: claimed,
+            fair_after,
+        })
+    }
+
+    async fn take(&self, _slot: &Slot<Maintenance>, request: &TakeRequest) -> Result<Taken> {
+        let shards = shard_array(&request.shards);
+        let (fair_tenants, fair_after) = request
+            .fair
+            .as_ref()
+            .map_or((0, None), |f| (f.tenants, f.after.clone()));
+        let (max_rows, per_tenant) = (
+            clamp_i32(u64::from(request.max_rows)),
+            clamp_i32(u64::from(request.per_tenant)),
+        );
+        let max_bytes = i64::try_from(request.max_bytes).unwrap_or(i64::MAX);
+        let row_overhead = clamp_i32(request.row_overhead);
+        let rows = self
+            .call("take", move |c| {
+                Box::pin(
+                    sqlx::query(
+                        "SELECT tenant_id, queue, partition, first_offset, late_ms, fair_next \
+                         FROM queen.log_timers_take_v1($1, now(), $2, $3, $4, $5, $6, $7)",
+                    )
+                    .bind(shards)
+                    .bind(max_rows)
+                    .bind(per_tenant)
+                    .bind(clamp_i32(u64::from(fair_tenants)))
+                    .bind(fair_after)
+                    .bind(max_bytes)
+                    .bind(row_overhead)
+                    .fetch_all(c),
+                )
+            })
+            .await?;
+        let destinations = rows
+            .iter()
+            .map(taken_destination)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| database_error(e, "take"))?;
+        let fair_after = match (&request.fair, rows.first()) {
+            (Some(_), Some(first)) => first
+                .try_get::<Option<String>, _>(5)
+                .map_err(|e| database_error(e, "take"))?,
+            _ => None,
+        };
+        Ok(Taken {
+            destinations,
             fair_after,
         })
     }

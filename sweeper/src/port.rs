@@ -16,7 +16,8 @@ use crate::admission::{Maintenance, Slot};
 use crate::error::Result;
 use crate::types::{
     ApplyResult, ClaimRequest, Claimed, ExpireStep, FailOutcome, FailRequest, FireCall, Probe,
-    SegmentOutcome, ShardOrder, Switch, SwitchStates, TimerOp, TimerRef, UsageStep,
+    SegmentOutcome, ShardOrder, Switch, SwitchStates, TakeRequest, Taken, TimerOp, TimerRef,
+    UsageStep,
 };
 
 /// The sweeper's database calls.
@@ -29,7 +30,9 @@ pub trait Store: Send + Sync + 'static {
         due_cap: u32,
     ) -> impl Future<Output = Result<Probe>> + Send;
 
-    /// CLAIM: takes due rows under `FOR UPDATE SKIP LOCKED` and leases them to this broker. Rows
+    /// CLAIM: takes due rows under `FOR UPDATE SKIP LOCKED` and leases them to this broker (the
+    /// leased path: rows that must outlive one transaction, such as a retry narrowing to the one
+    /// timer that fails). Rows
     /// come back in their pre-claim visibility order. With `request.fair`, the claim first takes
     /// one due row from each of its tenants (see [`crate::FairRound`]).
     fn claim(
@@ -37,6 +40,14 @@ pub trait Store: Send + Sync + 'static {
         slot: &Slot<Maintenance>,
         request: &ClaimRequest,
     ) -> impl Future<Output = Result<Claimed>> + Send;
+
+    /// TAKE: picks due rows like the claim, appends them into their partitions and deletes them,
+    /// in one statement and one transaction; no lease is written. The common path of the drain.
+    fn take(
+        &self,
+        slot: &Slot<Maintenance>,
+        request: &TakeRequest,
+    ) -> impl Future<Output = Result<Taken>> + Send;
 
     /// FIRE: one transaction. Outcomes are per segment, in any order.
     fn fire(

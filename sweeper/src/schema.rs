@@ -41,6 +41,7 @@ pub const FILES: &[SqlFile] = sql_files![
     "012_timers_fire.sql",
     "013_timers_fail_dlq.sql",
     "014_timers_apply.sql",
+    "015_timers_take.sql",
     "020_kv.sql",
     "021_quota.sql",
     "030_kv_sweeper.sql",

@@ -102,6 +102,55 @@ pub struct Claimed {
     pub fair_after: Option<String>,
 }
 
+/// TAKE: due rows picked, fired and deleted in one transaction (the fire, version 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeRequest {
+    /// The order shards are visited in.
+    pub shards: ShardOrder,
+    /// Rows to take at most.
+    pub max_rows: u32,
+    /// Rows of one tenant at most.
+    pub per_tenant: u32,
+    /// The tenant-fairness round to run before the shard rounds, if any.
+    pub fair: Option<FairRound>,
+    /// The take stops before the row that would cross this many estimated bytes (a single row
+    /// over it goes alone): `QUEEN_SWEEPER_MAX_FIRE_BYTES`.
+    pub max_bytes: u64,
+    /// Bytes counted per row beyond its payload and key ([`crate::ROW_OVERHEAD_BYTES`]).
+    pub row_overhead: u64,
+}
+
+/// TAKE: what one destination received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakenDestination {
+    /// Where the messages went.
+    pub destination: Destination,
+    /// The partition offset of the first message.
+    pub first_offset: u64,
+    /// Each fired timer's lateness at the take, in write order (one entry per timer).
+    pub late_ms: Vec<u64>,
+}
+
+/// TAKE: what was fired.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Taken {
+    /// One entry per destination, in destination order.
+    pub destinations: Vec<TakenDestination>,
+    /// The last tenant the fairness round visited, where the next round continues; `None` when
+    /// the round did not run or took nothing.
+    pub fair_after: Option<String>,
+}
+
+impl Taken {
+    /// Timers fired.
+    pub fn timers(&self) -> u64 {
+        self.destinations
+            .iter()
+            .map(|d| d.late_ms.len() as u64)
+            .sum()
+    }
+}
+
 /// PROBE: what is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {

@@ -14,8 +14,8 @@ use queen_sweeper::{
     FailRow, FairRound, FireCall, LaneSizes, Maintenance, Metrics, PERMANENT_BACKOFF_MAX,
     PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ROLLUP_TENANTS_PER_STEP, SHARD_COUNT,
     SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder, SkipLabel,
-    Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TimerRef, UsageStep,
-    identity_shard,
+    Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TakeRequest, Taken,
+    TakenDestination, TimerRef, UsageStep, identity_shard,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -55,6 +55,13 @@ enum Call {
         /// Keys of the rows handed out.
         returned: Vec<String>,
     },
+    Take {
+        max_rows: u32,
+        max_bytes: u64,
+        /// Keys of the rows fired (none when the take failed).
+        returned: Vec<String>,
+        failed: bool,
+    },
     Fire {
         call: FireCall,
         failed: bool,
@@ -86,6 +93,7 @@ impl Call {
             Call::WriteSwitch { .. } => "write_switch",
             Call::Probe { .. } => "probe",
             Call::Claim { .. } => "claim",
+            Call::Take { .. } => "take",
             Call::Fire { .. } => "fire",
             Call::Fail { .. } => "fail",
             Call::Dlq { .. } => "dlq",
@@ -111,6 +119,8 @@ struct Script {
     probes: VecDeque<Result<Probe, Sqlstate>>,
     probe_default: Probe,
     claims: VecDeque<Result<Vec<ClaimedTimer>, Sqlstate>>,
+    /// Failures the next takes answer, before the pool.
+    take_errors: VecDeque<Sqlstate>,
     /// Rows handed out, up to `max_rows`, once `claims` is empty.
     pool: VecDeque<ClaimedTimer>,
     /// A segment holding any of these keys comes back stale.
@@ -139,6 +149,7 @@ impl Default for Script {
             probes: VecDeque::new(),
             probe_default: nothing_due(),
             claims: VecDeque::new(),
+            take_errors: VecDeque::new(),
             pool: VecDeque::new(),
             stale_keys: HashSet::new(),
             poison: Vec::new(),
@@ -257,6 +268,79 @@ impl Store for FakeStore {
             .map_err(|state| db_error(state, "claim"))
     }
 
+    /// Takes from the pool like a claim, up to the row budget and the byte cap (a first row over
+    /// the cap goes alone); a take holding a poison key fails whole and leaves the pool as it was.
+    async fn take(&self, _slot: &Slot<Maintenance>, request: &TakeRequest) -> Result<Taken, Error> {
+        let (answer, delay) = {
+            let mut script = self.script();
+            let answer = match script.take_errors.pop_front() {
+                Some(state) => Err(state),
+                None => {
+                    let mut rows = Vec::new();
+                    let mut bytes = 0;
+                    while rows.len() < request.max_rows as usize {
+                        let Some(next) = script.pool.front() else {
+                            break;
+                        };
+                        let size =
+                            next.payload_bytes + next.timer_key.len() as u64 + request.row_overhead;
+                        if !rows.is_empty() && bytes + size > request.max_bytes {
+                            break;
+                        }
+                        bytes += size;
+                        rows.push(script.pool.pop_front().expect("peeked"));
+                    }
+                    let poison = script.poison.iter().find_map(|(key, state)| {
+                        rows.iter().any(|r| &r.timer_key == key).then_some(*state)
+                    });
+                    match poison {
+                        Some(state) => {
+                            for row in rows.into_iter().rev() {
+                                script.pool.push_front(row);
+                            }
+                            Err(state)
+                        }
+                        None => Ok(rows),
+                    }
+                }
+            };
+            (answer, script.fire_delay)
+        };
+        self.record(Call::Take {
+            max_rows: request.max_rows,
+            max_bytes: request.max_bytes,
+            returned: answer
+                .as_ref()
+                .map(|rows| rows.iter().map(|r| r.timer_key.clone()).collect())
+                .unwrap_or_default(),
+            failed: answer.is_err(),
+        });
+        match delay {
+            Some(Delay::Advance(d)) => tokio::time::advance(d).await,
+            Some(Delay::Sleep(d)) => tokio::time::sleep(d).await,
+            None => {}
+        }
+        let rows = answer.map_err(|state| db_error(state, "take"))?;
+        let mut destinations: Vec<TakenDestination> = Vec::new();
+        for row in rows {
+            match destinations
+                .iter_mut()
+                .find(|d| d.destination == row.destination)
+            {
+                Some(d) => d.late_ms.push(row.late_ms),
+                None => destinations.push(TakenDestination {
+                    destination: row.destination.clone(),
+                    first_offset: 0,
+                    late_ms: vec![row.late_ms],
+                }),
+            }
+        }
+        Ok(Taken {
+            destinations,
+            fair_after: None,
+        })
+    }
+
     async fn fire(
         &self,
         _slot: &Slot<Maintenance>,
@@ -335,7 +419,8 @@ impl Store for FakeStore {
                 queue: row.timer.queue.clone(),
                 timer_key: row.timer.timer_key.clone(),
                 attempts: u32::from(!transient),
-                exhausted: script.exhausted_keys.contains(&row.timer.timer_key),
+                // As the SQL: a failure that spends no attempt cannot exhaust one.
+                exhausted: !transient && script.exhausted_keys.contains(&row.timer.timer_key),
             })
             .collect())
     }
@@ -417,8 +502,19 @@ impl Store for FakeStore {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+/// A test config on the leased path (claim, then fire by token), which most tests here exercise;
+/// `QUEEN_SWEEPER_FIRE_TAKE` in `vars` overrides it.
 fn config(vars: &[(&str, &str)]) -> Config {
-    Config::from_vars(vars.iter().copied()).expect("a valid test config")
+    let mut all = vec![("QUEEN_SWEEPER_FIRE_TAKE", "0")];
+    all.extend(vars.iter().copied());
+    Config::from_vars(all).expect("a valid test config")
+}
+
+/// A test config on the shipped path: every batch taken in one transaction.
+fn take_config(vars: &[(&str, &str)]) -> Config {
+    let mut all = vars.to_vec();
+    all.push(("QUEEN_SWEEPER_FIRE_TAKE", "1"));
+    Config::from_vars(all).expect("a valid test config")
 }
 
 fn nothing_due() -> Probe {
@@ -915,63 +1011,99 @@ async fn a_transient_fire_error_fails_every_row_of_the_call_as_transient_without
 }
 
 #[tokio::test]
-async fn a_permanent_fire_error_replays_one_segment_per_call_and_fails_only_the_poison_segment() {
-    // 22023 is permanent; 42883 (class 42, config) also spends an attempt and replays.
-    for (state, class) in [("22023", "permanent"), ("42883", "config")] {
-        let fake = FakeStore::new();
-        {
-            let mut script = fake.script();
-            script.pool.extend(three_destinations());
-            script.poison.push(("b1".into(), Some(state)));
-        }
-
-        let (report, metrics) = drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
-
-        let calls = fake.calls();
-        assert_eq!(
-            kinds(&calls),
-            ["claim", "fire", "fire", "fire", "fail", "fire", "claim"],
-            "{state}"
-        );
-        let fired = fires(&calls);
-        assert_eq!(
-            segment_keys(&fired[0].0),
-            [vec!["a1", "a2"], vec!["b1", "b2"], vec!["c1"]]
-        );
-        assert!(fired[0].1, "the packed call failed");
-        assert_eq!(segment_keys(&fired[1].0), [vec!["a1", "a2"]]);
-        assert!(!fired[1].1, "the healthy segment fires alone");
-        assert_eq!(segment_keys(&fired[2].0), [vec!["b1", "b2"]]);
-        assert!(fired[2].1, "the poison segment fails alone");
-        assert_eq!(segment_keys(&fired[3].0), [vec!["c1"]]);
-        assert!(!fired[3].1);
-
-        let fails = fail_calls(&calls);
-        assert_eq!(fails.len(), 1);
-        let (rows, transient, _) = &fails[0];
-        assert!(!transient, "{state} spends an attempt");
-        let failed: Vec<(&str, Duration)> = rows
-            .iter()
-            .map(|r| (r.timer.timer_key.as_str(), r.backoff))
-            .collect();
-        assert_eq!(
-            failed,
-            [
-                ("b1", queen_sweeper::backoff(2, FailCause::Counted)),
-                ("b2", queen_sweeper::backoff(0, FailCause::Counted))
-            ]
-        );
-        assert_eq!(report.fired, 3);
-        assert_eq!(report.failed_timers, 2);
-        assert_eq!(report.transient_failures, 0);
-        assert_eq!(report.fire_calls, 4);
-        assert_eq!(
-            failures(&metrics, class),
-            2,
-            "the packed call and the replay"
-        );
-        assert_no_claim_while_rows_unfired(&calls);
+async fn a_permanent_fire_error_narrows_to_the_one_poison_timer_and_the_others_fire() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.pool.extend(three_destinations());
+        script.poison.push(("b1".into(), Some("22023")));
     }
+
+    let (report, metrics) = drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
+
+    let calls = fake.calls();
+    assert_eq!(
+        kinds(&calls),
+        [
+            "claim", "fire", "fire", "fire", "fire", "fail", "fire", "fire", "claim"
+        ]
+    );
+    let fired = fires(&calls);
+    let shapes: Vec<(Vec<Vec<&str>>, bool)> = fired
+        .iter()
+        .map(|(call, failed)| (segment_keys(call), *failed))
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (vec![vec!["a1", "a2"], vec!["b1", "b2"], vec!["c1"]], true),
+            (vec![vec!["a1", "a2"]], false),
+            (vec![vec!["b1", "b2"]], true),
+            (vec![vec!["b1"]], true),
+            (vec![vec!["b2"]], false),
+            (vec![vec!["c1"]], false),
+        ],
+        "the packed call, then one destination per call, then the poison destination's timers one by one"
+    );
+
+    let fails = fail_calls(&calls);
+    assert_eq!(fails.len(), 1);
+    let (rows, transient, _) = &fails[0];
+    assert!(!transient, "the poison timer spends an attempt");
+    let failed: Vec<(&str, Duration)> = rows
+        .iter()
+        .map(|r| (r.timer.timer_key.as_str(), r.backoff))
+        .collect();
+    assert_eq!(
+        failed,
+        [("b1", queen_sweeper::backoff(2, FailCause::Counted))],
+        "only the poison timer fails; b2, its neighbour, fires"
+    );
+    assert_eq!(report.fired, 4);
+    assert_eq!(report.failed_timers, 1);
+    assert_eq!(report.transient_failures, 0);
+    assert_eq!(report.fire_calls, 6);
+    assert_eq!(
+        failures(&metrics, "permanent"),
+        3,
+        "the packed call, the destination, the timer"
+    );
+    assert_no_claim_while_rows_unfired(&calls);
+}
+
+#[tokio::test]
+async fn a_class_42_fire_error_spends_no_attempt_dead_letters_nothing_and_ends_the_pass_at_the_ceiling()
+ {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.pool.extend(three_destinations());
+        script.pool.extend(batch("later", 3));
+        script.poison.push(("b1".into(), Some("42883")));
+        script.exhausted_keys.insert("b1".into());
+    }
+
+    let (report, metrics) = drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
+
+    let calls = fake.calls();
+    assert_eq!(
+        kinds(&calls),
+        ["claim", "fire", "fail"],
+        "no split, no DLQ, and no further claim in this pass"
+    );
+    let fails = fail_calls(&calls);
+    let (rows, transient, _) = &fails[0];
+    assert!(transient, "a configuration error spends no attempt");
+    assert_eq!(rows.len(), 8, "every timer of the call goes back");
+    assert!(rows.iter().all(|r| r.backoff == TRANSIENT_BACKOFF));
+    assert_eq!(report.config_failures, 1);
+    assert_eq!(report.dead_lettered, 0);
+    assert_eq!(
+        report.stop,
+        DrainStop::CallFailed(queen_sweeper::Class::Config)
+    );
+    assert_eq!(metrics.fire_config_failures.get(), 1);
+    assert_eq!(failures(&metrics, "config"), 1);
 }
 
 #[tokio::test]
@@ -992,7 +1124,9 @@ async fn an_exhausted_row_goes_to_the_dlq_with_exactly_its_timer_ref() {
     let calls = fake.calls();
     assert_eq!(
         kinds(&calls),
-        ["claim", "fire", "fire", "fail", "dlq", "fire", "claim"]
+        [
+            "claim", "fire", "fire", "fire", "fail", "dlq", "fire", "fire", "claim"
+        ]
     );
     let dlq: Vec<&Vec<TimerRef>> = calls
         .iter()
@@ -1014,8 +1148,8 @@ async fn an_exhausted_row_goes_to_the_dlq_with_exactly_its_timer_ref() {
     assert_eq!(report.dead_lettered, 1);
     assert_eq!(metrics.dlq.get(), 1);
     assert_eq!(metrics.queries_of("dlq"), 1);
-    assert_eq!(report.fired, 1, "y1 fired");
-    assert_eq!(report.failed_timers, 2, "x1 and x2 failed together");
+    assert_eq!(report.fired, 2, "x2 and y1 fired");
+    assert_eq!(report.failed_timers, 1, "x1 failed alone");
 }
 
 #[tokio::test]
@@ -1029,14 +1163,22 @@ async fn the_backoff_passed_to_fail_follows_the_backoff_function() {
     {
         let mut script = fake.script();
         script.pool.extend(rows);
-        script.poison.push(("k0".into(), Some("P0001")));
+        for a in attempts {
+            script.poison.push((format!("k{a}"), Some("P0001")));
+        }
     }
 
     drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
 
     let fails = fail_calls(&fake.calls());
-    assert_eq!(fails.len(), 1);
-    let backoffs: Vec<Duration> = fails[0].0.iter().map(|r| r.backoff).collect();
+    assert_eq!(fails.len(), attempts.len(), "each poison timer fails alone");
+    let backoffs: Vec<Duration> = fails
+        .iter()
+        .map(|(rows, _, _)| {
+            assert_eq!(rows.len(), 1);
+            rows[0].backoff
+        })
+        .collect();
     let expected: Vec<Duration> = attempts
         .iter()
         .map(|&a| queen_sweeper::backoff(a, FailCause::Counted))
@@ -1308,8 +1450,10 @@ async fn a_drain_stopped_on_a_budget_sleeps_the_floor() {
     let drain = report.drain.unwrap();
     assert_eq!(drain.stop, DrainStop::LeaseBudget);
     assert_eq!(drain.claims, 2);
-    assert_eq!(report.outcome, Outcome::WorkAvailable);
-    assert_eq!(report.sleep, Duration::from_millis(5));
+    // Its 300 ms fires are past a fifth of the 500 ms statement timeout: the fire is under
+    // pressure, and the sleep after work is the floor doubled once.
+    assert_eq!(report.outcome, Outcome::DueLater { next_in_ms: 10 });
+    assert_eq!(report.sleep, Duration::from_millis(10));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1390,7 +1534,7 @@ async fn a_failed_claim_sleeps_the_ceiling() {
 
     assert_eq!(
         report.drain.map(|d| d.stop),
-        Some(DrainStop::ClaimFailed(queen_sweeper::Class::Transient))
+        Some(DrainStop::CallFailed(queen_sweeper::Class::Transient))
     );
     assert_eq!(report.outcome, Outcome::NothingDue);
     assert_eq!(report.sleep, Duration::from_millis(1000));
@@ -1421,6 +1565,269 @@ async fn a_transient_fire_failure_halves_the_next_claim_batch_and_a_clean_pass_r
         [8, 8, 4, 4, 8, 8],
         "two claims a pass: the batch halves after the transient failure and grows back"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The take (the fire, version 2) and pressure
+// ---------------------------------------------------------------------------------------------
+
+fn take_sweeper(fake: FakeStore, vars: &[(&str, &str)]) -> Sweeper<FakeStore> {
+    Sweeper::with_jitter(Arc::new(fake), take_config(vars), "id", Box::new(|| 0.5))
+}
+
+fn takes(calls: &[Call]) -> Vec<(u32, usize, bool)> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take {
+                max_rows,
+                returned,
+                failed,
+                ..
+            } => Some((*max_rows, returned.len(), *failed)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_shipped_drain_takes_each_batch_in_one_call_with_no_claim_and_no_fire() {
+    let fake = FakeStore::new();
+    fake.script().pool.extend(batch("k", 250));
+    let config = take_config(&[
+        ("QUEEN_SWEEPER_CLAIM_BATCH", "100"),
+        ("QUEEN_SWEEPER_MAX_FIRE_BYTES", "65536"),
+    ]);
+
+    let (report, metrics) = drain_once(&fake, &config, &CancellationToken::new()).await;
+
+    let calls = fake.calls();
+    assert_eq!(kinds(&calls), ["take", "take", "take", "take"]);
+    assert_eq!(
+        takes(&calls),
+        [
+            (100, 100, false),
+            (100, 100, false),
+            (100, 50, false),
+            (100, 0, false)
+        ]
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| matches!(c, Call::Take { max_bytes, .. } if *max_bytes == 65536)),
+        "every take carries the byte cap"
+    );
+    assert_eq!((report.takes, report.fired, report.claimed), (4, 250, 250));
+    assert_eq!(report.stop, DrainStop::NothingToClaim);
+    assert!(!report.first_claim_empty());
+    assert_eq!(metrics.timers_result("fired"), 250);
+    assert_eq!(metrics.queries_of("take"), 4);
+}
+
+#[tokio::test]
+async fn an_empty_first_take_is_reported_as_first_claim_empty() {
+    let fake = FakeStore::new();
+    let (report, metrics) = drain_once(&fake, &take_config(&[]), &CancellationToken::new()).await;
+    assert_eq!(kinds(&fake.calls()), ["take"]);
+    assert!(report.first_claim_empty());
+    assert_eq!(metrics.empty_claims.get(), 1);
+}
+
+/// 199 innocent timers and one poison timer, all of one destination, due together.
+fn poison_among_innocents(poison_attempts: u32) -> Vec<ClaimedTimer> {
+    let mut rows: Vec<ClaimedTimer> = (0..199)
+        .map(|i| timer("acme", "orders", "p", &format!("ok{i:03}"), 0, 10))
+        .collect();
+    rows.insert(
+        120,
+        timer("acme", "orders", "p", "poison", poison_attempts, 10),
+    );
+    rows
+}
+
+#[tokio::test]
+async fn a_take_that_fails_on_a_timer_retries_the_batch_leased_and_only_that_timer_fails() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.pool.extend(poison_among_innocents(0));
+        script.poison.push(("poison".into(), Some("P0001")));
+    }
+
+    let (report, _) = drain_once(&fake, &take_config(&[]), &CancellationToken::new()).await;
+
+    let calls = fake.calls();
+    assert_eq!(takes(&calls)[0], (200, 0, true), "the take fails whole");
+    let after_take: Vec<&str> = kinds(&calls).into_iter().skip(1).take(4).collect();
+    assert_eq!(after_take, ["claim", "fire", "fire", "fire"]);
+    let fails = fail_calls(&calls);
+    assert_eq!(fails.len(), 1);
+    let (rows, transient, _) = &fails[0];
+    assert!(!transient);
+    assert_eq!(
+        rows.iter()
+            .map(|r| r.timer.timer_key.as_str())
+            .collect::<Vec<_>>(),
+        ["poison"],
+        "only the poison timer spends an attempt"
+    );
+    assert_eq!(report.fired, 199, "the 199 innocents fire in the same pass");
+    assert_eq!(report.failed_timers, 1);
+    assert_eq!(report.dead_lettered, 0);
+}
+
+#[tokio::test]
+async fn a_poison_timer_out_of_attempts_goes_to_the_dlq_alone() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.pool.extend(poison_among_innocents(4));
+        script.poison.push(("poison".into(), Some("22P02")));
+        script.exhausted_keys.insert("poison".into());
+    }
+
+    let (report, metrics) = drain_once(&fake, &take_config(&[]), &CancellationToken::new()).await;
+
+    let dlq: Vec<Vec<String>> = fake
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Dlq { rows } => Some(rows.iter().map(|r| r.timer_key.clone()).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dlq, [vec!["poison".to_owned()]]);
+    assert_eq!((report.fired, report.dead_lettered), (199, 1));
+    assert_eq!(metrics.dlq.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_42_take_error_spends_no_attempt_touches_no_row_and_sleeps_the_ceiling() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(5);
+        script.pool.extend(batch("k", 5));
+        script.take_errors.push_back(Some("42883"));
+    }
+    let mut sweeper = take_sweeper(fake, &[]);
+
+    let report = sweeper.pass().await;
+
+    let calls = sweeper.store().calls();
+    assert_eq!(kinds(&calls), ["switches", "probe", "take", "prune"]);
+    assert!(fail_calls(&calls).is_empty(), "no attempt is spent");
+    let drain = report.drain.unwrap();
+    assert_eq!(
+        drain.stop,
+        DrainStop::CallFailed(queen_sweeper::Class::Config)
+    );
+    assert_eq!((drain.config_failures, drain.dead_lettered), (1, 0));
+    assert_eq!(report.outcome, Outcome::NothingDue);
+    assert_eq!(report.sleep, Duration::from_millis(1000));
+    assert_eq!(sweeper.metrics().fire_config_failures.get(), 1);
+
+    // The fire keeps trying: the next pass takes again, and fires once the deployment is fixed.
+    let next = sweeper.pass().await;
+    assert_eq!(next.drain.unwrap().fired, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_takes_halve_the_batch_and_double_the_sleep_and_fast_ones_undo_it() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(2000);
+        script.pool.extend(batch("k", 5000));
+        // A fifth of the 5 s statement timeout is 1 s: 1.2 s takes are pressure.
+        script.fire_delay = Some(Delay::Advance(Duration::from_millis(1200)));
+    }
+    let mut sweeper = take_sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "64"),
+            ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "256"),
+        ],
+    );
+
+    let mut pressured = Vec::new();
+    for _ in 0..3 {
+        let report = sweeper.pass().await;
+        pressured.push((report.sleep, sweeper.metrics().fire_pressure.get()));
+    }
+    sweeper.store().script().fire_delay = None;
+    let mut relieved = Vec::new();
+    for _ in 0..3 {
+        let report = sweeper.pass().await;
+        relieved.push((report.sleep, sweeper.metrics().fire_pressure.get()));
+    }
+
+    let sizes: Vec<u32> = takes(&sweeper.store().calls())
+        .iter()
+        .map(|(max_rows, ..)| *max_rows)
+        .collect();
+    let first_of_pass: Vec<u32> = {
+        let mut firsts = Vec::new();
+        let mut pass = 0;
+        for call in sweeper.store().calls() {
+            match call {
+                Call::Probe { .. } => pass += 1,
+                Call::Take { max_rows, .. } if firsts.len() < pass => firsts.push(max_rows),
+                _ => {}
+            }
+        }
+        firsts
+    };
+    assert_eq!(
+        first_of_pass,
+        [64, 32, 16, 8, 16, 32],
+        "each slow pass halves the next batch; each fast one doubles it back ({sizes:?})"
+    );
+    assert_eq!(
+        pressured,
+        [
+            (Duration::from_millis(10), 1),
+            (Duration::from_millis(20), 2),
+            (Duration::from_millis(40), 3)
+        ],
+        "the sleep after work doubles with each pressured pass"
+    );
+    assert_eq!(
+        relieved,
+        [
+            (Duration::from_millis(20), 2),
+            (Duration::from_millis(10), 1),
+            (Duration::from_millis(5), 0)
+        ],
+        "and comes back to the floor"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capped_backlog_with_fast_calls_keeps_the_full_batch_and_the_floor() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = Probe {
+            due_capped: true,
+            ..due(2000)
+        };
+        script.pool.extend(batch("k", 20_000));
+    }
+    let mut sweeper = take_sweeper(fake, &[("QUEEN_SWEEPER_CLAIM_BATCH", "100")]);
+    for _ in 0..3 {
+        let report = sweeper.pass().await;
+        assert_eq!(report.drain.unwrap().stop, DrainStop::RowBudget);
+        assert_eq!(report.outcome, Outcome::WorkAvailable);
+        assert_eq!(report.sleep, Duration::from_millis(5));
+    }
+    assert!(
+        takes(&sweeper.store().calls())
+            .iter()
+            .all(|(max_rows, ..)| *max_rows == 100)
+    );
+    assert_eq!(sweeper.metrics().fire_pressure.get(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

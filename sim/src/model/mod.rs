@@ -5,3 +5,4 @@
 pub mod ops;
 pub mod server;
 pub mod state;
+mod take;

@@ -100,7 +100,7 @@ impl Db {
         f(&mut self.tables.lock().expect("the model is never poisoned"))
     }
 
-    fn partition_lock(&self, id: u64) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn partition_lock(&self, id: u64) -> Arc<tokio::sync::Mutex<()>> {
         self.partition_locks
             .lock()
             .expect("not poisoned")
@@ -111,7 +111,7 @@ impl Db {
 
     /// Writes `bytes` through the one WAL: waits for the writers before it, then takes
     /// bytes / bandwidth.
-    async fn write_wal(&self, bytes: u64) {
+    pub(crate) async fn write_wal(&self, bytes: u64) {
         let _wal = self.wal.lock().await;
         let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
         tokio::time::sleep(Duration::from_micros(micros)).await;
@@ -202,6 +202,7 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             let fair_next = if rows.is_empty() { None } else { fair_next };
             Response::Claimed { rows, fair_next }
         }
+        Request::Take(request) => super::take::take(db, host, &request).await,
         Request::Fire { call } => fire(db, host, &call).await,
         Request::Fail {
             rows,
@@ -315,7 +316,7 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
     }
 }
 
-async fn sleep_us(micros: Us) {
+pub(crate) async fn sleep_us(micros: Us) {
     tokio::time::sleep(Duration::from_micros(micros)).await;
 }
 

@@ -3,11 +3,14 @@
 //!
 //! - Transient (the database could not do it now) → every timer of the call backs off
 //!   [`TRANSIENT_BACKOFF`] without spending an attempt.
-//! - Anything else in a call of several segments → the call is replayed one segment per call, so
-//!   one poison destination cannot block the others.
-//! - Anything else in a call of one segment → its timers spend an attempt and back off
-//!   exponentially; a timer out of attempts goes to the DLQ with its payload intact (the payload
-//!   never leaves the database).
+//! - Config (SQLSTATE class 42: a missing function or table, a privilege) → the deployment's
+//!   fault, not the timers': they go back the same way, without spending an attempt, and nothing
+//!   is dead-lettered; the error is logged loudly and the pass sleeps the ceiling.
+//! - Permanent, in a call of several segments → the call is replayed one segment per call; in a
+//!   segment of several timers → one timer per call. A failure is only a timer's own once it is
+//!   alone, so a poison timer among 199 innocents costs the innocents nothing.
+//! - Permanent, one timer alone → it spends an attempt and backs off exponentially; a timer out of
+//!   attempts goes to the DLQ with its payload intact (the payload never leaves the database).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,17 +33,21 @@ pub const PERMANENT_BACKOFF_MAX: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailedCall {
     /// Fire its segments again, one per call.
-    Split,
+    SplitSegments,
+    /// Fire its one segment's timers again, one per call.
+    SplitTimers,
     /// Put its timers into backoff, spending an attempt or not.
     Record(FailCause),
 }
 
-/// The response to a call of `segments` segments that failed with `class`. Pure.
-pub fn respond_to_failure(class: Class, segments: usize) -> FailedCall {
+/// The response to a call of `segments` segments and `timers` timers that failed with `class`.
+/// Pure.
+pub fn respond_to_failure(class: Class, segments: usize, timers: usize) -> FailedCall {
     match class {
-        Class::Transient => FailedCall::Record(FailCause::Transient),
-        Class::Config | Class::Permanent if segments > 1 => FailedCall::Split,
-        Class::Config | Class::Permanent => FailedCall::Record(FailCause::Counted),
+        Class::Transient | Class::Config => FailedCall::Record(FailCause::Transient),
+        Class::Permanent if segments > 1 => FailedCall::SplitSegments,
+        Class::Permanent if timers > 1 => FailedCall::SplitTimers,
+        Class::Permanent => FailedCall::Record(FailCause::Counted),
     }
 }
 
@@ -72,7 +79,7 @@ impl<S: Store> Drainer<'_, S> {
         limits: &DrainLimits,
         report: &mut DrainReport,
     ) {
-        if cause == FailCause::Transient {
+        if cause == FailCause::Transient && error.class() == Class::Transient {
             report.transient_failures += 1;
         }
         let request = FailRequest {
@@ -180,16 +187,31 @@ mod tests {
     }
 
     #[test]
-    fn only_a_non_transient_failure_of_several_segments_splits() {
+    fn a_content_failure_narrows_to_one_timer_before_it_spends_an_attempt() {
         assert_eq!(
-            respond_to_failure(Class::Transient, 5),
-            FailedCall::Record(FailCause::Transient)
+            respond_to_failure(Class::Permanent, 2, 10),
+            FailedCall::SplitSegments
         );
-        assert_eq!(respond_to_failure(Class::Permanent, 2), FailedCall::Split);
-        assert_eq!(respond_to_failure(Class::Config, 2), FailedCall::Split);
         assert_eq!(
-            respond_to_failure(Class::Permanent, 1),
+            respond_to_failure(Class::Permanent, 1, 10),
+            FailedCall::SplitTimers
+        );
+        assert_eq!(
+            respond_to_failure(Class::Permanent, 1, 1),
             FailedCall::Record(FailCause::Counted)
         );
+    }
+
+    #[test]
+    fn transient_and_config_failures_never_spend_an_attempt_nor_split() {
+        for class in [Class::Transient, Class::Config] {
+            for (segments, timers) in [(1, 1), (1, 5), (3, 9)] {
+                assert_eq!(
+                    respond_to_failure(class, segments, timers),
+                    FailedCall::Record(FailCause::Transient),
+                    "{class:?}"
+                );
+            }
+        }
     }
 }

@@ -1,4 +1,17 @@
-//! Phase B: claim a batch, fire it, claim the next. Never claim the whole pass first.
+//! Phase B: take a batch, then the next, under the pass's budgets. Never claim the whole pass
+//! first.
+//!
+//! **The take** (the default, `QUEEN_SWEEPER_FIRE_TAKE=1`): one statement picks due rows across
+//! the 64 shards (`FOR UPDATE SKIP LOCKED`, the claim's rounds and fairness), stops at the row
+//! budget or the byte cap, appends them into their partitions and deletes them, in one
+//! transaction. No lease is written and no token re-checked, so a broker that dies mid-take delays
+//! nothing: its transaction aborts and the rows are due at once.
+//!
+//! **The leased path** (the seed's two-phase cycle): claim a batch with a lease and a token per
+//! row, then fire it by token. It is what rows that must outlive one transaction need: after a
+//! take fails on the content of a timer, the batch is claimed and fired one destination per call,
+//! then one timer per call, so the failure narrows to the one timer that causes it
+//! ([`failure`]). `QUEEN_SWEEPER_FIRE_TAKE=0` drains every batch this way, to compare.
 //!
 //! The naive form claims `QUEEN_SWEEPER_CYCLE_MAX_ROWS` in batches and then fires them. When fires
 //! are slow (exactly what happens under load: they contend with pushes for partitions), the first
@@ -7,19 +20,21 @@
 //! work from each other while lateness climbs. Claiming and firing in the same iteration, and
 //! stopping once the pass has spent half the lease, keeps every fire inside its lease.
 //!
-//! A pass stops claiming when it has spent half the lease, when it has claimed the pass's row
-//! budget, or when a claim takes nothing ([`DrainStop::NothingToClaim`]; if that was the pass's
-//! first claim, somebody else is draining and the loop backs off with jitter).
+//! A pass stops when it has spent half the lease, when it has taken the pass's row budget, or when
+//! a take or claim takes nothing ([`DrainStop::NothingToClaim`]; if that was the pass's first
+//! call, somebody else is draining and the loop backs off with jitter). The half-lease budget
+//! bounds a pass on either path: it keeps every leased fire inside its lease, and a take-only pass
+//! under the same bound gives the probe, the sub-clocks and a shutdown their turn.
 //!
 //! | file | owns |
 //! |---|---|
-//! | this one | the pass: its budgets, the claim, when to stop |
+//! | this one | the pass: its budgets, the take, the claim, when to stop |
 //! | [`plan`] | the byte-capped grouping of claimed rows into fire calls (pure) |
 //! | `fire` | firing the planned calls and counting their outcomes |
 //! | [`failure`] | what a failed call means for its timers: split, back off, spend attempts, DLQ |
 //!
-//! The shipped pass is [`Drainer::drain`]. Its building blocks, [`Drainer::claim`] and
-//! [`Drainer::fire_claimed`], are public so the simulation can assemble the seed's naive form
+//! The shipped pass is [`Drainer::drain`]. The leased path's building blocks, [`Drainer::claim`]
+//! and [`Drainer::fire_claimed`], are public so the simulation can assemble the seed's naive form
 //! from them (see [`crate::Form`]); production cannot name it.
 
 pub(crate) mod failure;
@@ -35,9 +50,11 @@ use crate::admission::Admission;
 use crate::classify::Class;
 use crate::clock;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResultLabel};
 use crate::port::Store;
-use crate::types::{ClaimRequest, ClaimedTimer, FairRound, ShardOrder};
+use crate::types::{ClaimRequest, ClaimedTimer, FairRound, ShardOrder, TakeRequest, Taken};
+
+use self::plan::ROW_OVERHEAD_BYTES;
 
 /// The budgets of one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +71,9 @@ pub struct DrainLimits {
     pub per_tenant: u32,
     /// Counted failures after which a timer goes to the DLQ.
     pub max_attempts: u32,
+    /// Batches are taken in one transaction (`QUEEN_SWEEPER_FIRE_TAKE=1`), or claimed with a
+    /// lease and then fired.
+    pub take: bool,
 }
 
 impl DrainLimits {
@@ -66,6 +86,7 @@ impl DrainLimits {
             max_fire_bytes: config.max_fire_bytes,
             per_tenant: config.claim_batch,
             max_attempts: config.max_attempts,
+            take: config.fire_take,
         }
     }
 
@@ -86,8 +107,10 @@ pub enum DrainStop {
     LeaseBudget,
     /// The process is shutting down; claimed rows were fired first.
     Shutdown,
-    /// A claim failed.
-    ClaimFailed(Class),
+    /// A take or a claim failed (transient: the database is struggling; config: the deployment
+    /// is broken). A take that failed on a timer's content does not stop the pass: its batch is
+    /// retried on the leased path.
+    CallFailed(Class),
 }
 
 /// What one pass did.
@@ -95,9 +118,11 @@ pub enum DrainStop {
 pub struct DrainReport {
     /// Why it stopped claiming.
     pub stop: DrainStop,
-    /// Claim calls made.
+    /// Take calls made.
+    pub takes: u32,
+    /// Claim calls made (the leased path).
     pub claims: u32,
-    /// Rows claimed.
+    /// Rows taken or claimed.
     pub claimed: u64,
     /// Timers fired.
     pub fired: u64,
@@ -111,14 +136,20 @@ pub struct DrainReport {
     pub failed_timers: u64,
     /// Timers archived to the DLQ.
     pub dead_lettered: u64,
-    /// Fire calls that failed transiently.
+    /// Take or fire calls that failed transiently.
     pub transient_failures: u32,
+    /// Take or fire calls that failed on the deployment (SQLSTATE class 42): no timer spent an
+    /// attempt.
+    pub config_failures: u32,
+    /// The longest take, claim or fire call of the pass: how hard the database is pressed.
+    pub slowest_call: Duration,
 }
 
 impl Default for DrainReport {
     fn default() -> DrainReport {
         DrainReport {
             stop: DrainStop::NothingToClaim,
+            takes: 0,
             claims: 0,
             claimed: 0,
             fired: 0,
@@ -128,6 +159,8 @@ impl Default for DrainReport {
             failed_timers: 0,
             dead_lettered: 0,
             transient_failures: 0,
+            config_failures: 0,
+            slowest_call: Duration::ZERO,
         }
     }
 }
@@ -153,8 +186,9 @@ pub struct Drainer<'a, S> {
 }
 
 impl<S: Store> Drainer<'_, S> {
-    /// One pass of phase B, the shipped form: claim a batch, fire it, claim the next, under the
-    /// half-lease budget. Its first claim runs the tenant-fairness round `fair`.
+    /// One pass of phase B, the shipped form: take a batch (or claim and fire it on the leased
+    /// path), then the next, under the half-lease budget. Its first call runs the tenant-fairness
+    /// round `fair`.
     pub async fn drain(
         &self,
         shards: &ShardOrder,
@@ -169,19 +203,157 @@ impl<S: Store> Drainer<'_, S> {
                 report.stop = stop;
                 return report;
             }
-            let rows = match self.claim(shards, limits, &mut report, fair.take()).await {
-                Ok(rows) if rows.is_empty() => {
-                    report.stop = DrainStop::NothingToClaim;
-                    return report;
-                }
-                Ok(rows) => rows,
-                Err(class) => {
-                    report.stop = DrainStop::ClaimFailed(class);
-                    return report;
-                }
+            let step = if limits.take {
+                self.take_batch(shards, limits, &mut report, fair.take())
+                    .await
+            } else {
+                self.claim_and_fire(shards, limits, &mut report, fair.take(), false)
+                    .await
             };
-            self.fire_claimed(&rows, limits, &mut report).await;
+            if let Some(stop) = step {
+                report.stop = stop;
+                return report;
+            }
         }
+    }
+
+    /// One take; after a take that failed on a timer's content, the same batch on the leased
+    /// path, isolating the timer. Answers why the pass stops, if it does.
+    async fn take_batch(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        report: &mut DrainReport,
+        fair: Option<&mut FairRound>,
+    ) -> Option<DrainStop> {
+        match self.take(shards, limits, report, fair).await {
+            Ok(0) => Some(DrainStop::NothingToClaim),
+            Ok(_) => None,
+            Err(Class::Permanent) => {
+                self.claim_and_fire(shards, limits, report, None, true)
+                    .await
+            }
+            Err(class) => Some(DrainStop::CallFailed(class)),
+        }
+    }
+
+    /// One claim and the fire of what it took (the leased path); `isolate` fires one destination
+    /// per call from the start. Answers why the pass stops, if it does.
+    async fn claim_and_fire(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        report: &mut DrainReport,
+        fair: Option<&mut FairRound>,
+        isolate: bool,
+    ) -> Option<DrainStop> {
+        match self.claim(shards, limits, report, fair).await {
+            Ok(rows) if rows.is_empty() => Some(DrainStop::NothingToClaim),
+            Ok(rows) => {
+                let broken_before = report.config_failures;
+                self.fire_isolating(&rows, limits, report, isolate).await;
+                // A broken deployment fails every call alike: stop, and sleep the ceiling.
+                (report.config_failures > broken_before)
+                    .then_some(DrainStop::CallFailed(Class::Config))
+            }
+            Err(class) => Some(DrainStop::CallFailed(class)),
+        }
+    }
+
+    /// The next batch's size: `limits.claim_batch` rows, or what is left of the pass's budget.
+    fn next_batch(limits: &DrainLimits, report: &DrainReport) -> u32 {
+        let left = u64::from(limits.cycle_max_rows).saturating_sub(report.claimed);
+        limits
+            .claim_batch
+            .min(u32::try_from(left).unwrap_or(u32::MAX))
+    }
+
+    /// One take of the next batch. Answers how many timers it fired, or the failure's class
+    /// (already counted and logged).
+    pub async fn take(
+        &self,
+        shards: &ShardOrder,
+        limits: &DrainLimits,
+        report: &mut DrainReport,
+        fair: Option<&mut FairRound>,
+    ) -> Result<u64, Class> {
+        let batch = Self::next_batch(limits, report);
+        let request = TakeRequest {
+            shards: shards.clone(),
+            max_rows: batch,
+            per_tenant: limits.per_tenant,
+            fair: fair.as_deref().cloned(),
+            max_bytes: limits.max_fire_bytes,
+            row_overhead: ROW_OVERHEAD_BYTES,
+        };
+        let slot = self.admission.maintenance().await;
+        self.metrics.query("take");
+        report.takes += 1;
+        let called = clock::tokio_now();
+        let result = self.store.take(&slot, &request).await;
+        report.slowest_call = report.slowest_call.max(clock::tokio_now() - called);
+        drop(slot);
+        match result {
+            Ok(taken) => {
+                let timers = taken.timers();
+                assert!(
+                    timers <= u64::from(batch),
+                    "a take fired {timers} timers for a batch of {batch}"
+                );
+                if let (Some(fair), Some(after)) = (fair, taken.fair_after.clone()) {
+                    fair.after = Some(after);
+                }
+                self.count_taken(&taken, report);
+                Ok(timers)
+            }
+            Err(error) => Err(self.call_failed("take", &error, report)),
+        }
+    }
+
+    fn count_taken(&self, taken: &Taken, report: &mut DrainReport) {
+        let timers = taken.timers();
+        if timers == 0 && report.claimed == 0 {
+            self.metrics.empty_claims.inc();
+        }
+        report.claimed += timers;
+        report.fired += timers;
+        for destination in &taken.destinations {
+            assert!(
+                !destination.late_ms.is_empty(),
+                "a take answers only destinations it fired into"
+            );
+            for &late in &destination.late_ms {
+                self.metrics.fire_lag_ms.observe(late as f64);
+            }
+        }
+        let fired = ResultLabel { result: "fired" };
+        self.metrics.timers.get_or_create(&fired).inc_by(timers);
+        self.metrics
+            .segments
+            .get_or_create(&fired)
+            .inc_by(taken.destinations.len() as u64);
+    }
+
+    /// Counts and logs a failed take or claim; answers its class.
+    fn call_failed(&self, call: &str, error: &crate::Error, report: &mut DrainReport) -> Class {
+        let class = error.class();
+        self.metrics.failed(class);
+        match class {
+            Class::Transient => {
+                report.transient_failures += 1;
+                tracing::warn!(%error, "{call} failed; backing off");
+            }
+            Class::Config => {
+                report.config_failures += 1;
+                self.metrics.fire_config_failures.inc();
+                tracing::error!(%error, "the {call} cannot run: SQLSTATE class 42 is the deployment's fault (a missing function or table, or a privilege), not a timer's; no timer spends an attempt and the fire keeps trying at the sleep ceiling. Fix: apply sql/ (`queen-sweeper run` applies it at start unless --no-apply-schema) and check the sweeper's role may execute the queen.log_timers_* functions");
+            }
+            Class::Permanent if call == "take" => {
+                tracing::warn!(%error, "take failed; retrying the batch on the leased path, one destination per call");
+            }
+            Class::Permanent => tracing::warn!(%error, "{call} failed"),
+        }
+        class
     }
 
     fn budget_spent(
@@ -211,10 +383,7 @@ impl<S: Store> Drainer<'_, S> {
         report: &mut DrainReport,
         fair: Option<&mut FairRound>,
     ) -> Result<Vec<ClaimedTimer>, Class> {
-        let left = u64::from(limits.cycle_max_rows).saturating_sub(report.claimed);
-        let batch = limits
-            .claim_batch
-            .min(u32::try_from(left).unwrap_or(u32::MAX));
+        let batch = Self::next_batch(limits, report);
         let request = ClaimRequest {
             shards: shards.clone(),
             lease: limits.lease,
@@ -225,7 +394,10 @@ impl<S: Store> Drainer<'_, S> {
         let slot = self.admission.maintenance().await;
         self.metrics.query("claim");
         report.claims += 1;
-        match self.store.claim(&slot, &request).await {
+        let called = clock::tokio_now();
+        let result = self.store.claim(&slot, &request).await;
+        report.slowest_call = report.slowest_call.max(clock::tokio_now() - called);
+        match result {
             Ok(claimed) => {
                 let rows = claimed.rows;
                 assert!(
@@ -245,12 +417,7 @@ impl<S: Store> Drainer<'_, S> {
                 }
                 Ok(rows)
             }
-            Err(error) => {
-                let class = error.class();
-                self.metrics.failed(class);
-                tracing::warn!(%error, "claim failed");
-                Err(class)
-            }
+            Err(error) => Err(self.call_failed("claim", &error, report)),
         }
     }
 }

@@ -1,0 +1,157 @@
+//! TAKE in the model, as `queen.log_timers_take_v1` does it: the claim's selection (the fairness
+//! round, the shard rounds, the per-tenant cap, skipping rows other transactions lock), cut at the
+//! byte cap, then the fire's partition locks in ascending id and the WAL, then one commit that
+//! appends every row into its partition and deletes it. No lease, no token: the row locks are the
+//! take's only hold, and they end with its transaction.
+
+use std::collections::BTreeMap;
+
+use queen_sweeper::{Destination, TakeRequest, Taken, TakenDestination};
+
+use super::ops;
+use super::server::{Db, sleep_us};
+use super::state::{Tables, TimerKey, Us};
+use crate::time::now_us;
+use crate::wire::Response;
+
+/// The rows a take locked and keeps: keys with their pre-take visibility, in take order.
+type Picked = Vec<(TimerKey, Us)>;
+
+/// TAKE: lock, cost, partition locks, WAL, commit.
+pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response {
+    let c = db.costs;
+    let now = now_us();
+    let (txn, picked, fair_next) = db.with(|t| lock(t, request, now));
+    if picked.is_empty() {
+        db.with(|t| t.release_locks(txn));
+        sleep_us(c.claim_base_us).await;
+        return Response::Taken(Taken::default());
+    }
+    sleep_us(
+        c.claim_base_us + c.fire_base_us + (c.claim_row_us + c.fire_row_us) * picked.len() as Us,
+    )
+    .await;
+    let (mut ids, bytes) = db.with(|t| {
+        let ids: Vec<u64> = destinations(t, &picked)
+            .keys()
+            .map(|d| t.partition_id(d))
+            .collect();
+        let bytes: u64 = picked
+            .iter()
+            .map(|(key, _)| {
+                key.key.len() as u64
+                    + t.timers.get(key).map_or(0, |row| row.payload_bytes)
+                    + c.row_overhead_bytes
+            })
+            .sum();
+        (ids, bytes)
+    });
+    ids.sort_unstable();
+    ids.dedup();
+    let mut guards = Vec::with_capacity(ids.len());
+    for id in ids {
+        guards.push(db.partition_lock(id).lock_owned().await);
+    }
+    db.write_wal(bytes).await;
+    let taken = db.with(|t| commit(t, txn, &picked, now, host, fair_next));
+    drop(guards);
+    Response::Taken(taken)
+}
+
+/// The selection under row locks: the fairness round, then the shard rounds, then the byte cut.
+/// Rows the cut leaves out stay locked until the take ends, as in PostgreSQL.
+fn lock(t: &mut Tables, request: &TakeRequest, now: Us) -> (u64, Picked, Option<String>) {
+    let txn = t.new_txn();
+    let (fair_tenants, fair_after) = request
+        .fair
+        .as_ref()
+        .map_or((0, None), |f| (f.tenants, f.after.as_deref()));
+    let (mut picked, fair_next) =
+        ops::claim_fair(t, txn, now, fair_tenants.min(request.max_rows), fair_after);
+    let remaining = request.max_rows - picked.len() as u32;
+    if remaining > 0 {
+        let shards = request.shards.as_slice();
+        let more = ops::claim_lock(t, txn, shards, now, remaining, request.per_tenant, &picked);
+        picked.extend(more);
+    }
+    let kept = kept_under_cap(t, &picked, request.max_bytes, request.row_overhead);
+    picked.truncate(kept);
+    let fair_next = if picked.is_empty() { None } else { fair_next };
+    (txn, picked, fair_next)
+}
+
+/// How many picked rows fit `max_bytes` in take order; a first row over the cap goes alone.
+fn kept_under_cap(t: &Tables, picked: &Picked, max_bytes: u64, row_overhead: u64) -> usize {
+    let mut total = 0u64;
+    for (i, (key, _)) in picked.iter().enumerate() {
+        let size = t.timers.get(key).map_or(0, |row| row.payload_bytes)
+            + key.key.len() as u64
+            + row_overhead;
+        if i > 0 && total + size > max_bytes {
+            return i;
+        }
+        total += size;
+    }
+    picked.len()
+}
+
+/// The picked rows per destination, in destination order, each in write order (visibility,
+/// then key).
+fn destinations(t: &Tables, picked: &Picked) -> BTreeMap<Destination, Vec<(TimerKey, Us)>> {
+    let mut ordered = picked.clone();
+    ordered.sort_by(|a, b| (a.1, &a.0.key).cmp(&(b.1, &b.0.key)));
+    let mut by_destination: BTreeMap<Destination, Vec<(TimerKey, Us)>> = BTreeMap::new();
+    for (key, visible_at) in ordered {
+        let row = t.timers.get(&key).expect("a locked row exists");
+        let destination = Destination {
+            tenant: key.tenant.clone(),
+            queue: key.queue.clone(),
+            partition: row.partition.clone(),
+        };
+        by_destination
+            .entry(destination)
+            .or_default()
+            .push((key, visible_at));
+    }
+    by_destination
+}
+
+/// The commit: every destination's rows appended and deleted, the locks released.
+fn commit(
+    t: &mut Tables,
+    txn: u64,
+    picked: &Picked,
+    now: Us,
+    host: &str,
+    fair_next: Option<String>,
+) -> Taken {
+    let mut taken = Taken {
+        destinations: Vec::new(),
+        fair_after: fair_next,
+    };
+    for (destination, rows) in destinations(t, picked) {
+        let mut late_ms = Vec::with_capacity(rows.len());
+        let entries = rows
+            .iter()
+            .map(|(key, _)| {
+                let row = t.remove_timer(key).expect("a locked row exists");
+                late_ms.push(now.saturating_sub(row.deliver_at) / 1000);
+                (row.txn, row.message_id)
+            })
+            .collect();
+        let first_offset = t.append(&destination, entries, now, super::state::Source::Fire, host);
+        t.segments.push(super::state::SegmentEvent {
+            at: now,
+            host: host.to_owned(),
+            fired: true,
+            timers: late_ms.len() as u32,
+        });
+        taken.destinations.push(TakenDestination {
+            destination,
+            first_offset,
+            late_ms,
+        });
+    }
+    t.release_locks(txn);
+    taken
+}

@@ -1,0 +1,122 @@
+-- Queen: TAKE. The cycle's fire, version 2: due rows are picked, appended into the log and
+-- deleted in one statement and one transaction. No lease is written and no token re-checked: the
+-- rows never outlive the transaction that locked them, so a broker that dies mid-take delays
+-- nothing (its transaction aborts and the rows are due at once), and exactly once is the row
+-- lock's and the delete's, inside one commit.
+--
+-- Selection is the claim's (queen.log_timers_pick_v1: the fairness round, the shard rounds in the
+-- caller's order, the per-tenant cap, FOR UPDATE SKIP LOCKED), bounded by p_max_rows and by
+-- p_max_bytes (QUEEN_SWEEPER_MAX_FIRE_BYTES): it stops before the row that would cross the cap,
+-- and a single row over the cap goes alone.
+--
+-- Locks, in the documented order: timer rows (SKIP LOCKED, never waits), then provisioning
+-- (queues, then partitions, in destination order), then every partition of the take FOR UPDATE in
+-- ascending id. The partition locks are the only waits, and they are taken in one global order,
+-- the fire's and the push's.
+--
+-- Within a partition the messages are written in the rows' visibility order (then key order).
+-- Returns one row per destination: how many timers it fired, the offset of its first message,
+-- each timer's lateness at the take (ms, in write order), and the tenant the fairness round ended
+-- at (the same on every row; NULL without a round).
+CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
+    p_shards integer[],
+    p_now timestamptz,
+    p_max_rows integer,
+    p_per_tenant integer,
+    p_fair_tenants integer,
+    p_fair_after text,
+    p_max_bytes bigint,
+    p_row_overhead integer
+) RETURNS TABLE (
+    tenant_id text,
+    queue text,
+    partition text,
+    timers integer,
+    first_offset bigint,
+    late_ms bigint[],
+    fair_next text
+)
+LANGUAGE plpgsql
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ctids tid[];
+    v_fair_next text;
+    v_dest_tenants text[];
+    v_dest_queues text[];
+    v_dest_partitions text[];
+    v_dest_ids bigint[];
+    v_dest record;
+BEGIN
+    IF p_max_bytes IS NULL THEN
+        RAISE EXCEPTION 'log_timers_take_v1: max_bytes must be given' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(p.row_id), max(p.fair_next) INTO v_ctids, v_fair_next
+    FROM queen.log_timers_pick_v1('log_timers_take_v1', p_shards, p_now, p_max_rows, p_per_tenant,
+                                  p_fair_tenants, p_fair_after, p_max_bytes, p_row_overhead) AS p;
+    IF v_ctids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The destinations, in destination order, with the partitions that already exist.
+    SELECT array_agg(d.tenant_id ORDER BY d.tenant_id, d.queue, d.partition),
+           array_agg(d.queue ORDER BY d.tenant_id, d.queue, d.partition),
+           array_agg(d.partition ORDER BY d.tenant_id, d.queue, d.partition),
+           array_agg(lp.id ORDER BY d.tenant_id, d.queue, d.partition)
+    INTO v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids
+    FROM (SELECT DISTINCT t.tenant_id, t.queue, t.partition
+          FROM queen.log_timers t WHERE t.ctid = ANY (v_ctids)) AS d
+    LEFT JOIN queen.queues q ON q.tenant_id = d.tenant_id AND q.name = d.queue
+    LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = d.partition;
+    -- Provision the missing ones one by one, in destination order (one global order for every
+    -- concurrent take and fire); then lock every partition of the take in ascending id.
+    FOR v_dest IN
+        SELECT d.i, d.tenant, d.queue, d.partition
+        FROM unnest(v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids)
+             WITH ORDINALITY AS d(tenant, queue, partition, id, i)
+        WHERE d.id IS NULL
+        ORDER BY d.i
+    LOOP
+        v_dest_ids[v_dest.i] := queen.log_partition_ensure_v1(v_dest.tenant, v_dest.queue, v_dest.partition);
+    END LOOP;
+    PERFORM 1 FROM queen.log_partitions p WHERE p.id = ANY (v_dest_ids) ORDER BY p.id FOR UPDATE;
+
+    -- (A data-modifying WITH runs to completion whether or not the outer query reads it.)
+    -- Every destination in one statement: each takes the next offsets of its partition and writes
+    -- its messages; the timer rows go in the same statement, by address.
+    RETURN QUERY
+    WITH taken AS (
+        SELECT t.ctid AS row_id, t.tenant_id, t.queue, t.partition, t.timer_key, t.visible_at,
+               t.deliver_at, t.message_id, t.txn, t.payload, d.partition_id
+        FROM queen.log_timers t
+        JOIN unnest(v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids)
+             AS d(tenant, queue, partition, partition_id)
+          ON d.tenant = t.tenant_id AND d.queue = t.queue AND d.partition = t.partition
+        WHERE t.ctid = ANY (v_ctids)
+    ), numbered AS (
+        SELECT x.*, row_number() OVER (PARTITION BY x.partition_id ORDER BY x.visible_at, x.timer_key) AS n,
+               count(*) OVER (PARTITION BY x.partition_id) AS total
+        FROM taken x
+    ), bumped AS (
+        UPDATE queen.log_partitions lp
+        SET last_offset = lp.last_offset + c.total
+        FROM (SELECT DISTINCT partition_id, total FROM numbered) AS c
+        WHERE lp.id = c.partition_id
+        RETURNING lp.id, lp.last_offset - c.total AS base
+    ), written AS (
+        INSERT INTO queen.log_messages (partition_id, "offset", message_id, txn, payload, created_at)
+        SELECT n.partition_id, b.base + n.n, n.message_id, n.txn, n.payload,
+               greatest(p_now, clock_timestamp())
+        FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    ), deleted AS (
+        DELETE FROM queen.log_timers t WHERE t.ctid = ANY (v_ctids)
+    )
+    SELECT n.tenant_id, n.queue, n.partition, count(*)::integer, (min(b.base) + 1)::bigint,
+           array_agg(greatest(0, floor(extract(epoch FROM p_now - n.deliver_at) * 1000))::bigint ORDER BY n.n),
+           v_fair_next
+    FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    GROUP BY n.tenant_id, n.queue, n.partition
+    ORDER BY n.tenant_id, n.queue, n.partition;
+END;
+$$;
