@@ -1589,6 +1589,8 @@ struct BrokerLog {
     scheduled: Vec<Uuid>,
     cancelled: Vec<Uuid>,
     fired: Vec<Claimed>,
+    /// Timers taken (picked, appended and deleted in one statement), per destination.
+    taken: HashMap<Destination, i64>,
     pushed: Vec<Pushed>,
     stale_segments: usize,
     operations: HashMap<&'static str, usize>,
@@ -1711,6 +1713,33 @@ async fn claim_and_fire(
     Ok(())
 }
 
+/// A take, as the shipped drain does it: pick, append and delete in one statement.
+async fn take(
+    conn: &mut PgConnection,
+    broker: usize,
+    choice: &mut Choice,
+    log: &mut BrokerLog,
+) -> Result<(), sqlx::Error> {
+    let ahead = if choice.below(5) == 0 {
+        STEAL_AHEAD_MS
+    } else {
+        0.0
+    };
+    let now = stress_now(conn, ahead).await?;
+    let rows: Vec<(String, String, String, i32)> = sqlx::query_as(
+        "SELECT tenant_id, queue, partition, timers \
+         FROM queen.log_timers_take_v1($1, $2, 20, 20, 0, NULL, 1048576, 300)",
+    )
+    .bind(rotated_shards(broker * 8 + 4))
+    .bind(now)
+    .fetch_all(conn)
+    .await?;
+    for (tenant, queue, partition, timers) in rows {
+        *log.taken.entry((tenant, queue, partition)).or_default() += i64::from(timers);
+    }
+    Ok(())
+}
+
 /// The transaction wire: one transaction that writes a KV row, schedules, and pushes, in the
 /// schema's lock order (kv -> log_timers -> queues -> log_partitions).
 async fn wire_transaction(
@@ -1756,9 +1785,12 @@ async fn one_operation(
 ) {
     let serial = format!("b{broker}-i{iteration}");
     let roll = choice.below(100);
-    if roll < 25 {
+    if roll < 12 {
         let result = claim_and_fire(conn, broker, choice, log).await;
         log.record(broker, "claim+fire", result);
+    } else if roll < 25 {
+        let result = take(conn, broker, choice, log).await;
+        log.record(broker, "take", result);
     } else if roll < 40 {
         let (tenant, ops) = random_apply_ops(choice, &serial);
         let result: Result<Value, sqlx::Error> =
@@ -1886,6 +1918,9 @@ async fn eight_brokers_mixing_every_operation_on_shared_rows_never_deadlock_nor_
         all.scheduled.extend(log.scheduled);
         all.cancelled.extend(log.cancelled);
         all.fired.extend(log.fired);
+        for (destination, n) in log.taken {
+            *all.taken.entry(destination).or_default() += n;
+        }
         all.pushed.extend(log.pushed);
         all.stale_segments += log.stale_segments;
         all.pruned += log.pruned;
@@ -1896,12 +1931,13 @@ async fn eight_brokers_mixing_every_operation_on_shared_rows_never_deadlock_nor_
     }
     eprintln!(
         "lock-order stress: {} iterations, operations {:?}, {} scheduled, {} cancelled, {} fired, \
-         {} stale segments, {} pushed, {} kv rows pruned, {} errors",
+         {} taken, {} stale segments, {} pushed, {} kv rows pruned, {} errors",
         all.iterations,
         all.operations,
         all.scheduled.len(),
         all.cancelled.len(),
         all.fired.len(),
+        all.taken.values().sum::<i64>(),
         all.stale_segments,
         all.pushed.len(),
         all.pruned,
@@ -1918,10 +1954,12 @@ async fn eight_brokers_mixing_every_operation_on_shared_rows_never_deadlock_nor_
 
     // The workload really ran and really contended.
     assert!(!all.fired.is_empty(), "no timer fired");
+    assert!(all.taken.values().sum::<i64>() > 0, "no timer taken");
     assert!(!all.pushed.is_empty(), "nothing pushed");
     assert!(all.pruned > 0, "nothing pruned");
     for operation in [
         "claim+fire",
+        "take",
         "apply",
         "push",
         "wire",
@@ -1995,10 +2033,24 @@ async fn check_the_log(pool: &PgPool, all: &BrokerLog) {
             "{pushed:?}"
         );
     }
+    // What is left in the log are the taken timers: exactly as many per destination as the
+    // takes reported, each once (message ids are unique above).
+    let pushed_ids: HashSet<Uuid> = all.pushed.iter().map(|p| p.message_id).collect();
+    let mut taken_in_log: HashMap<Destination, i64> = HashMap::new();
+    for (id, (_, destination, _)) in &log {
+        if !fired_ids.contains(id) && !pushed_ids.contains(id) {
+            *taken_in_log.entry(destination.clone()).or_default() += 1;
+            fired_ids.insert(*id);
+        }
+    }
     assert_eq!(
-        log.len(),
-        all.fired.len() + all.pushed.len(),
-        "the log holds exactly the fired timers and the pushes"
+        taken_in_log, all.taken,
+        "the log holds the taken timers the takes reported, per destination"
+    );
+    assert_eq!(
+        log.len() as i64,
+        (all.fired.len() + all.pushed.len()) as i64 + all.taken.values().sum::<i64>(),
+        "the log holds exactly the fired and taken timers and the pushes"
     );
 
     let pending: HashSet<Uuid> = sqlx::query_scalar("SELECT message_id FROM queen.log_timers")

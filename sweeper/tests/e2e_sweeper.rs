@@ -491,3 +491,113 @@ async fn with_the_fire_switched_off_nothing_fires_and_the_backlog_shows_then_all
     broker.stop().await;
     assert_eq!(out_of_order, 0, "messages entered the log oldest first");
 }
+
+/// A dropped function is the deployment's fault: with `log_timers_take_v1` gone, no timer spends
+/// an attempt and none goes to the DLQ however long the fire keeps failing; once the function is
+/// back, everything fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_take_function_spends_no_attempt_and_dead_letters_nothing() {
+    let db = TestDb::new().await;
+    insert_timers(&db.pool, 50, -100.0, 0.0, 2, 2).await;
+    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer) RENAME TO log_timers_take_gone")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let broker = Broker::start(
+        &db,
+        "broken",
+        config(&[("QUEEN_SWEEPER_MAX_ATTEMPTS", "1")]),
+    )
+    .await;
+    let metrics = broker.metrics.clone();
+    wait_for("three failed takes", Duration::from_secs(10), || {
+        let metrics = metrics.clone();
+        async move { metrics.fire_config_failures.get() >= 3 }
+    })
+    .await;
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_dlq").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_timers WHERE attempts > 0"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_timers").await,
+        50
+    );
+
+    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_gone(integer[], timestamptz, integer, integer, integer, text, bigint, integer) RENAME TO log_timers_take_v1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    wait_for(
+        "every timer, once the deployment is fixed",
+        Duration::from_secs(10),
+        || async { count(&db.pool, "SELECT count(*) FROM queen.log_messages").await == 50 },
+    )
+    .await;
+    broker.stop().await;
+}
+
+/// A timer whose own content fails (here a trigger refuses its message) spends its attempts
+/// alone and reaches the DLQ alone; the 199 timers due with it, in the same destination, fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_timer_among_199_innocents_reaches_the_dlq_alone() {
+    let db = TestDb::new().await;
+    insert_timers(&db.pool, 200, -100.0, 0.0, 1, 1).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION public.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.txn = 'txn-120' THEN
+                 RAISE EXCEPTION 'this message cannot be written' USING ERRCODE = '22P02';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON queen.log_messages
+             FOR EACH ROW EXECUTE FUNCTION public.refuse_poison();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Backoffs of 1, 2, 4 s before the third and last attempt.
+    let broker = Broker::start(
+        &db,
+        "poisoned",
+        config(&[("QUEEN_SWEEPER_MAX_ATTEMPTS", "3")]),
+    )
+    .await;
+    wait_for("the 199 innocents", Duration::from_secs(10), || async {
+        count(&db.pool, "SELECT count(*) FROM queen.log_messages").await == 199
+    })
+    .await;
+    wait_for(
+        "the poison timer in the DLQ",
+        Duration::from_secs(20),
+        || async { count(&db.pool, "SELECT count(*) FROM queen.log_dlq").await == 1 },
+    )
+    .await;
+    let dead: (String, i32) = sqlx::query_as("SELECT txn, attempts FROM queen.log_dlq")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(dead, ("txn-120".to_owned(), 3));
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_timers").await,
+        0
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(DISTINCT txn) FROM queen.log_messages"
+        )
+        .await,
+        199
+    );
+    broker.stop().await;
+}

@@ -177,3 +177,89 @@ async fn a_client_side_timeout_gives_up_the_connection_instead_of_reusing_it() {
         "only the push: the abandoned fire did not commit"
     );
 }
+
+/// Forwards TCP connections on 127.0.0.1 to the test server's unix socket, so the store's own
+/// connections are TCP sockets whose options can be read.
+async fn tcp_proxy(socket: std::path::PathBuf) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let mut server = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    port
+}
+
+/// TCP_NODELAY of every socket of this process connected to 127.0.0.1:`port`.
+#[allow(unsafe_code)] // getsockopt/getpeername on this process's own descriptors
+fn nodelay_of_sockets_to(port: u16) -> Vec<bool> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: plain reads of socket options into properly sized, initialised buffers; a
+        // descriptor that is not a TCP socket just makes the calls fail.
+        unsafe {
+            let mut peer: libc::sockaddr_in = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if libc::getpeername(fd, (&raw mut peer).cast(), &mut len) != 0
+                || i32::from(peer.sin_family) != libc::AF_INET
+                || u16::from_be(peer.sin_port) != port
+            {
+                continue;
+            }
+            let mut value: libc::c_int = 0;
+            let mut size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            if libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&raw mut value).cast(),
+                &mut size,
+            ) == 0
+            {
+                found.push(value != 0);
+            }
+        }
+    }
+    found
+}
+
+/// sqlx 0.9.0 stopped setting TCP_NODELAY (0.9.1 sets it again): without it a message larger
+/// than one TCP segment can wait for a delayed acknowledgement, tens of milliseconds per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_tcp_connections_set_tcp_nodelay() {
+    let db = TestDb::new().await;
+    let options = db.options();
+    let socket = options
+        .get_socket()
+        .expect("the test tier listens on a unix socket");
+    let socket = socket.join(format!(".s.PGSQL.{}", options.get_port()));
+    let port = tcp_proxy(socket).await;
+    let url = format!(
+        "postgres://{}@127.0.0.1:{port}/{}",
+        options.get_username(),
+        db.name
+    );
+    let config = queen_sweeper::Config::default();
+    let store = PgStore::connect(&url, &config, "nodelay-test", 2)
+        .await
+        .unwrap();
+    let admission = Admission::new(Default::default());
+    let slot = admission.maintenance().await;
+    store
+        .probe(&slot, &ShardOrder::starting_at(0), 10)
+        .await
+        .unwrap();
+    let sockets = nodelay_of_sockets_to(port);
+    assert!(!sockets.is_empty(), "found the store's TCP connection");
+    assert!(
+        sockets.iter().all(|&nodelay| nodelay),
+        "a connection without TCP_NODELAY: {sockets:?}"
+    );
+}
