@@ -4,6 +4,47 @@
 -- when either function is missing (SQLSTATE class 42), the sweeper switches that phase off for
 -- the life of the process with one warning, and keeps firing timers.
 
+-- The prune's alarm: {expired, expiredCapped, lagMs}, the expired-but-present rows counted up to
+-- p_cap and how long the oldest has been dead. Bounded: 64 seeks for the oldest, at most p_cap + 1
+-- index entries for the count. The prune reports it after every call; the sweeper's probe carries
+-- it on every pass (queen.sweeper_probe_v1), so it keeps counting while the prune is shed.
+CREATE OR REPLACE FUNCTION queen.kv_expired_v1(p_shards integer[], p_now timestamptz, p_cap integer)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
+AS $$
+DECLARE
+    v_expired bigint;
+    v_oldest timestamptz;
+BEGIN
+    SELECT count(*) INTO v_expired
+    FROM (
+        SELECT 1
+        FROM unnest(p_shards) AS s(shard)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM queen.kv k
+            WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
+            LIMIT p_cap + 1
+        ) AS e
+        LIMIT p_cap + 1
+    ) AS capped;
+    SELECT min(h.expires_at) INTO v_oldest
+    FROM unnest(p_shards) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT k.expires_at FROM queen.kv k
+        WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
+        ORDER BY k.expires_at
+        LIMIT 1
+    ) AS h;
+    RETURN jsonb_build_object(
+        'expired', least(v_expired, p_cap),
+        'expiredCapped', v_expired > p_cap,
+        'lagMs', CASE WHEN v_oldest IS NULL THEN 0
+                      ELSE floor(extract(epoch FROM p_now - v_oldest) * 1000)::bigint END
+    );
+END;
+$$;
+
 -- PRUNE: deletes up to p_max_rows expired rows, visiting shards in the caller's order, and
 -- reports {deleted, done, unpruned, unprunedCapped, lagMs}:
 --   deleted         rows removed by this call;
@@ -26,8 +67,7 @@ AS $$
 DECLARE
     v_found integer;
     v_deleted integer;
-    v_unpruned bigint;
-    v_oldest timestamptz;
+    v_alarm jsonb;
 BEGIN
     PERFORM queen.shards_check_v1('kv_expire_step_v1', p_shards);
     IF p_now IS NULL OR p_max_rows IS NULL OR p_max_rows <= 0 OR p_unpruned_cap IS NULL OR p_unpruned_cap < 0 THEN
@@ -61,34 +101,13 @@ BEGIN
     SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM deleted)
     INTO v_found, v_deleted;
 
-    SELECT count(*) INTO v_unpruned
-    FROM (
-        SELECT 1
-        FROM unnest(p_shards) AS s(shard)
-        CROSS JOIN LATERAL (
-            SELECT 1 FROM queen.kv k
-            WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
-            LIMIT p_unpruned_cap + 1
-        ) AS e
-        LIMIT p_unpruned_cap + 1
-    ) AS capped;
-
-    SELECT min(h.expires_at) INTO v_oldest
-    FROM unnest(p_shards) AS s(shard)
-    CROSS JOIN LATERAL (
-        SELECT k.expires_at FROM queen.kv k
-        WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
-        ORDER BY k.expires_at
-        LIMIT 1
-    ) AS h;
-
+    v_alarm := queen.kv_expired_v1(p_shards, p_now, p_unpruned_cap);
     RETURN jsonb_build_object(
         'deleted', v_deleted,
         'done', v_found < p_max_rows,
-        'unpruned', least(v_unpruned, p_unpruned_cap),
-        'unprunedCapped', v_unpruned > p_unpruned_cap,
-        'lagMs', CASE WHEN v_oldest IS NULL THEN 0
-                      ELSE floor(extract(epoch FROM p_now - v_oldest) * 1000)::bigint END
+        'unpruned', v_alarm->'expired',
+        'unprunedCapped', v_alarm->'expiredCapped',
+        'lagMs', v_alarm->'lagMs'
     );
 END;
 $$;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use queen_sweeper::{
     ApplyResult, CLIENT_GRACE, ClaimRequest, Claimed, Error, ExpireStep, FailCause, FailOutcome,
-    FailRequest, FireCall, Maintenance, Probe, SegmentOutcome, ShardOrder, Slot, Store, Switch,
-    SwitchStates, TakeRequest, Taken, TimerOp, TimerRef, TimerTx, UsageStep,
+    FailRequest, FireCall, Maintenance, Probe, ProbeRequest, SegmentOutcome, ShardOrder, Slot,
+    Store, Switch, SwitchStates, TakeRequest, Taken, TimerOp, TimerRef, TimerTx, UsageStep,
 };
 use turmoil::net::TcpStream;
 
@@ -119,16 +119,9 @@ impl Store for SimStore {
     async fn probe(
         &self,
         _slot: &Slot<Maintenance>,
-        order: &ShardOrder,
-        due_cap: u32,
+        request: &ProbeRequest,
     ) -> Result<Probe, Error> {
-        match self
-            .call(Request::Probe {
-                shards: shards(order),
-                due_cap,
-            })
-            .await?
-        {
+        match self.call(Request::Probe(request.clone())).await? {
             Response::Probe(probe) => Ok(probe),
             other => Err(unexpected("probe", &other)),
         }

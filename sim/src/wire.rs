@@ -4,8 +4,8 @@
 
 use queen_sweeper::{ApplyResult, TimerOp};
 use queen_sweeper::{
-    ClaimedTimer, ExpireStep, FailOutcome, FailRow, FireCall, Probe, SegmentOutcome, Switch,
-    SwitchStates, TakeRequest, Taken, TimerRef, UsageStep,
+    ClaimedTimer, ExpireStep, FailOutcome, FailRow, FireCall, Probe, ProbeRequest, SegmentOutcome,
+    Switch, SwitchStates, TakeRequest, Taken, TimerRef, UsageStep,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -20,10 +20,7 @@ pub const SEAM_PORT: u16 = 8080;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
-    Probe {
-        shards: Vec<u8>,
-        due_cap: u32,
-    },
+    Probe(ProbeRequest),
     Claim {
         shards: Vec<u8>,
         lease_ms: u64,
@@ -86,7 +83,7 @@ pub enum Request {
 impl Request {
     pub fn kind(&self) -> &'static str {
         match self {
-            Request::Probe { .. } => "probe",
+            Request::Probe(_) => "probe",
             Request::Claim { .. } => "claim",
             Request::Take(_) => "take",
             Request::Fire { .. } => "fire",

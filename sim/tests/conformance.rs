@@ -9,10 +9,10 @@ use queen_sim::client::SimStore;
 use queen_sim::model::server::{Costs, Db, serve};
 use queen_sim::wire::{Request, Response};
 use queen_sweeper::{
-    Admission, ApplyResult, ApplyStatus, ClaimRequest, Destination, FailCause, FailRequest,
-    FailRow, FairRound, FireCall, HeldTimer, Maintenance, Payload, PgStore, ROW_OVERHEAD_BYTES,
-    Segment, SegmentResult, ShardOrder, Slot, Store, TakeRequest, TimerOp, TimerTx,
-    plan_fire_calls,
+    Admission, ApplyResult, ApplyStatus, ClaimRequest, Destination, ExpiredKv, FailCause,
+    FailRequest, FailRow, FairRound, FireCall, HeldTimer, Maintenance, Payload, PgStore,
+    ProbeRequest, ROW_OVERHEAD_BYTES, Segment, SegmentResult, ShardOrder, Slot, Store, Switch,
+    TakeRequest, TimerOp, TimerTx, plan_fire_calls,
 };
 use queen_testdb::TestDb;
 
@@ -299,6 +299,7 @@ conformance![
     a_take_skips_rows_another_transaction_holds,
     a_take_runs_the_fairness_round,
     a_take_leaves_leased_and_backing_off_rows_alone,
+    the_probe_carries_the_switches_and_the_prunes_alarm,
 ];
 
 fn timer_key(key: &str) -> queen_sim::model::state::TimerKey {
@@ -306,6 +307,14 @@ fn timer_key(key: &str) -> queen_sim::model::state::TimerKey {
         tenant: "t".into(),
         queue: "q".into(),
         key: key.into(),
+    }
+}
+
+fn probe_of(due_cap: u32, kv_cap: u32) -> ProbeRequest {
+    ProbeRequest {
+        shards: ALL(),
+        due_cap,
+        kv_cap,
     }
 }
 
@@ -363,7 +372,11 @@ async fn a_take_fires_due_rows_once_into_dense_offsets_and_deletes_them<B: Backe
         .await
         .expect("take");
     assert_eq!(again.timers(), 0, "a fired timer is gone: {again:?}");
-    let probe = b.store().probe(&slot, &ALL(), 10).await.expect("probe");
+    let probe = b
+        .store()
+        .probe(&slot, &probe_of(10, 0))
+        .await
+        .expect("probe");
     assert_eq!(probe.due, 0);
     assert!(probe.next_in_ms.is_some(), "the later timer is still there");
 }
@@ -691,7 +704,11 @@ async fn two_segments_of_one_destination_are_refused_with_22023<B: Backend>(b: &
 
 async fn the_probe_counts_due_rows_up_to_its_cap<B: Backend>(b: &B) {
     let slot = slot().await;
-    let empty = b.store().probe(&slot, &ALL(), 3).await.expect("probe");
+    let empty = b
+        .store()
+        .probe(&slot, &probe_of(3, 0))
+        .await
+        .expect("probe");
     assert_eq!(
         (empty.next_in_ms, empty.due, empty.due_capped),
         (None, 0, false)
@@ -699,13 +716,21 @@ async fn the_probe_counts_due_rows_up_to_its_cap<B: Backend>(b: &B) {
     let mut ops: Vec<TimerOp> = (0..5).map(|i| schedule(&format!("d{i}"), -1_000)).collect();
     ops.push(schedule("later", 60_000));
     b.schedule("t", ops).await;
-    let capped = b.store().probe(&slot, &ALL(), 3).await.expect("probe");
+    let capped = b
+        .store()
+        .probe(&slot, &probe_of(3, 0))
+        .await
+        .expect("probe");
     assert_eq!(
         (capped.next_in_ms, capped.due, capped.due_capped),
         (Some(0), 3, true)
     );
     assert!(capped.late_ms >= 1_000, "{capped:?}");
-    let full = b.store().probe(&slot, &ALL(), 10).await.expect("probe");
+    let full = b
+        .store()
+        .probe(&slot, &probe_of(10, 0))
+        .await
+        .expect("probe");
     assert_eq!((full.due, full.due_capped), (5, false));
 }
 
@@ -945,5 +970,59 @@ async fn the_fairness_round_serves_a_small_tenant_behind_a_big_backlog<B: Backen
         fair.after.as_deref(),
         Some("small"),
         "the round visited big, then small"
+    );
+}
+
+async fn the_probe_carries_the_switches_and_the_prunes_alarm<B: Backend>(b: &B) {
+    let slot = slot().await;
+    let fresh = b
+        .store()
+        .probe(&slot, &probe_of(10, 100))
+        .await
+        .expect("probe");
+    assert_eq!(
+        (fresh.switches.schedule_enabled, fresh.switches.fire_enabled),
+        (true, true)
+    );
+    assert_eq!(
+        fresh.kv_expired,
+        Some(ExpiredKv::default()),
+        "nothing expired yet"
+    );
+    assert_eq!(
+        b.store()
+            .probe(&slot, &probe_of(10, 0))
+            .await
+            .expect("probe")
+            .kv_expired,
+        None,
+        "kv_cap 0 leaves the alarm out"
+    );
+    for i in 0..5 {
+        b.put_kv(&format!("short-{i}"), 1).await;
+    }
+    b.put_kv("long", 3_600_000).await;
+    b.sleep(Duration::from_millis(300)).await;
+    let alarm = b
+        .store()
+        .probe(&slot, &probe_of(10, 3))
+        .await
+        .expect("probe")
+        .kv_expired
+        .expect("asked for");
+    assert_eq!((alarm.expired, alarm.capped), (3, true), "capped at 3 of 5");
+    assert!(alarm.lag_ms >= 250, "{alarm:?}");
+    b.store()
+        .write_switch(&slot, Switch::Fire, false)
+        .await
+        .expect("switch");
+    let off = b
+        .store()
+        .probe(&slot, &probe_of(10, 0))
+        .await
+        .expect("probe");
+    assert_eq!(
+        (off.switches.schedule_enabled, off.switches.fire_enabled),
+        (true, false)
     );
 }

@@ -326,7 +326,7 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         println!("{}", report::headline(&runs[1]));
     } else {
         println!(
-            "smoke: no queen-sweeper binary next to soak; the broker-process run is skipped (cargo build --release -p queen-sweeper)"
+            "smoke: no queen-sweeper binary next to soak; the broker-process run is skipped (cargo build --release -p queen-broker)"
         );
     }
     check_delivery(&runs)?;

@@ -331,7 +331,7 @@ impl Run<'_> {
             let identity = format!("soak-broker-{i}");
             brokers.push(match (w.broker_processes, self.sweeper_binary) {
                 (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
-                (true, None) => return Err("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-sweeper)".into()),
+                (true, None) => return Err("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into()),
                 (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
             });
         }

@@ -28,13 +28,10 @@ use crate::metrics::{Metrics, PhaseLabel};
 use crate::port::Store;
 use crate::seam::Seam;
 use crate::sleep::{Bands, PassOutcome, sleep_for};
-use crate::subclock::{SubClocks, SubclockReport};
+use crate::subclock::{KV_ALARM_CAP, SlowPhase, SubClocks, SubclockInputs, SubclockReport};
 use crate::switches::Switches;
-use crate::types::{FairRound, Probe, SHARD_COUNT, ShardOrder, stable_shard};
+use crate::types::{FairRound, Probe, ProbeRequest, SHARD_COUNT, ShardOrder, stable_shard};
 use crate::waker::Waker;
-
-/// How often the kill switches are re-read from `queen.system_state`. Not measured.
-pub const SWITCH_REFRESH: Duration = Duration::from_secs(5);
 
 /// A pass whose slowest take, claim or fire call ran longer than this fraction of the statement
 /// timeout (1 s of the default 5 s) puts the fire under pressure: the next pass halves its batch
@@ -116,7 +113,6 @@ pub struct Sweeper<S> {
     backlog_passes: u32,
     /// How many times the fire's batch is halved and its sleep after work doubled.
     fire_pressure: u32,
-    switches_read_at: Option<Instant>,
     fair: FairRound,
 }
 
@@ -164,7 +160,6 @@ impl<S: Store> Sweeper<S> {
             passes: 0,
             backlog_passes: 0,
             fire_pressure: 0,
-            switches_read_at: None,
             fair: FairRound {
                 tenants: FAIR_TENANTS_PER_PASS,
                 after: None,
@@ -232,6 +227,11 @@ impl<S: Store> Sweeper<S> {
         self.shutdown.clone()
     }
 
+    /// Whether a slow phase is switched off for the life of the process (class 42).
+    pub fn subclocks_off(&self, phase: SlowPhase) -> bool {
+        self.subclocks.is_off(phase)
+    }
+
     /// The shard this broker's passes start from before rotation.
     pub fn identity_shard(&self) -> u8 {
         self.identity_shard
@@ -260,7 +260,6 @@ impl<S: Store> Sweeper<S> {
     pub async fn pass(&mut self) -> PassReport {
         self.waker.begin_pass();
         let started = clock::tokio_now();
-        self.refresh_switches(started).await;
         let start_shard =
             ((u64::from(self.identity_shard) + self.passes) % u64::from(SHARD_COUNT)) as u8;
         let shards = ShardOrder::starting_at(start_shard);
@@ -298,8 +297,14 @@ impl<S: Store> Sweeper<S> {
                 &self.admission,
                 &self.metrics,
                 &shards,
-                timer,
-                self.backlog_passes,
+                SubclockInputs {
+                    now: timer,
+                    pressure: self.backlog_passes,
+                    kv_expired: probe
+                        .as_ref()
+                        .ok()
+                        .and_then(|p| p.kv_expired.map(|kv| kv.expired)),
+                },
             )
             .await;
         self.observe_phase("subclocks", timer);
@@ -318,12 +323,25 @@ impl<S: Store> Sweeper<S> {
         }
     }
 
-    async fn probe(&self, shards: &ShardOrder) -> Result<Probe, Class> {
+    /// Phase A, and what the pass learns from it: the backlog, the kill switches, the prune's
+    /// alarm. When the prune's SQL is missing (class 42 from the probe's KV part), the prune goes
+    /// off for good and the probe is asked again without it.
+    async fn probe(&mut self, shards: &ShardOrder) -> Result<Probe, Class> {
         let timer = clock::tokio_now();
-        let slot = self.admission.maintenance().await;
-        self.metrics.query("probe");
-        let result = self.store.probe(&slot, shards, self.config.due_cap).await;
-        drop(slot);
+        let kv_cap = if self.subclocks.is_off(SlowPhase::Prune) {
+            0
+        } else {
+            KV_ALARM_CAP
+        };
+        let result = match self.probe_once(shards, kv_cap).await {
+            Err(error) if kv_cap > 0 && error.class() == Class::Config => {
+                self.metrics.failed(error.class());
+                self.subclocks
+                    .switch_off(SlowPhase::Prune, &error, &self.metrics);
+                self.probe_once(shards, 0).await
+            }
+            other => other,
+        };
         self.observe_phase("probe", timer);
         match result {
             Ok(probe) => {
@@ -332,6 +350,10 @@ impl<S: Store> Sweeper<S> {
                 self.metrics
                     .oldest_lateness_ms
                     .set(i64::try_from(probe.late_ms).unwrap_or(i64::MAX));
+                self.switches.observe(probe.switches);
+                if let Some(alarm) = probe.kv_expired {
+                    self.metrics.publish_kv_alarm(alarm);
+                }
                 Ok(probe)
             }
             Err(error) => {
@@ -340,6 +362,17 @@ impl<S: Store> Sweeper<S> {
                 Err(error.class())
             }
         }
+    }
+
+    async fn probe_once(&self, shards: &ShardOrder, kv_cap: u32) -> crate::Result<Probe> {
+        let request = ProbeRequest {
+            shards: shards.clone(),
+            due_cap: self.config.due_cap,
+            kv_cap,
+        };
+        let slot = self.admission.maintenance().await;
+        self.metrics.query("probe");
+        self.store.probe(&slot, &request).await
     }
 
     async fn drain(&mut self, shards: &ShardOrder) -> DrainReport {
@@ -430,21 +463,6 @@ impl<S: Store> Sweeper<S> {
             | DrainStop::Shutdown => self.after_work(),
             // The database is struggling, or the deployment is broken (class 42): the ceiling.
             DrainStop::CallFailed(_) => PassOutcome::NothingDue,
-        }
-    }
-
-    async fn refresh_switches(&mut self, now: Instant) {
-        if self
-            .switches_read_at
-            .is_some_and(|at| now.saturating_duration_since(at) < SWITCH_REFRESH)
-        {
-            return;
-        }
-        self.switches_read_at = Some(now);
-        self.metrics.query("switches");
-        if let Err(error) = self.switches.refresh(&*self.store, &self.admission).await {
-            self.metrics.failed(error.class());
-            tracing::warn!(%error, "reading the kill switches failed; keeping the last known values");
         }
     }
 

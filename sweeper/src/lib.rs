@@ -51,8 +51,8 @@ pub use admission::{Ack, Admission, Lane, LaneSizes, Maintenance, Pop, Push, Slo
 pub use classify::{Class, classify};
 pub use config::{Config, FORBIDDEN_SHARDS_VAR, Knob, knob};
 pub use cycle::{
-    FAIR_TENANTS_PER_PASS, Form, Jitter, PRESSURE_CALL_FRACTION, PassReport, SWITCH_REFRESH,
-    Shipped, Sweeper, identity_shard,
+    FAIR_TENANTS_PER_PASS, Form, Jitter, PRESSURE_CALL_FRACTION, PassReport, Shipped, Sweeper,
+    identity_shard,
 };
 pub use drain::failure::{
     FailedCall, PERMANENT_BACKOFF_BASE, PERMANENT_BACKOFF_MAX, TRANSIENT_BACKOFF, backoff,
@@ -70,14 +70,15 @@ pub use schema::{FILES as SQL_FILES, SqlFile, apply as apply_schema};
 pub use seam::{Seam, SeamTx};
 pub use sleep::{Bands, PassOutcome, sleep_for};
 pub use subclock::{
-    PRUNE_CALLS_PER_PASS, ROLLUP_STEPS_PER_PASS, ROLLUP_TENANTS_PER_STEP, SHED_PRUNE_AFTER,
-    SHED_ROLLUP_AFTER, SlowPhase, SubClocks, SubclockReport,
+    KV_ALARM_CAP, PRUNE_CALLS_PER_PASS, ROLLUP_STEPS_PER_PASS, ROLLUP_TENANTS_PER_STEP,
+    SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SlowPhase, SubClocks, SubclockInputs, SubclockReport,
 };
 pub use switches::Switches;
 pub use types::{
     ApplyResult, ApplyStatus, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep,
-    FailCause, FailOutcome, FailRequest, FailRow, FairRound, FireCall, HeldTimer, Payload, Probe,
-    SHARD_COUNT, Segment, SegmentOutcome, SegmentResult, ShardOrder, Switch, SwitchStates,
-    TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep, stable_shard,
+    ExpiredKv, FailCause, FailOutcome, FailRequest, FailRow, FairRound, FireCall, HeldTimer,
+    Payload, Probe, ProbeRequest, SHARD_COUNT, Segment, SegmentOutcome, SegmentResult, ShardOrder,
+    Switch, SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep,
+    stable_shard,
 };
 pub use waker::{Wake, Waker};

@@ -14,7 +14,7 @@
 //! | `queen_sweeper_phase_seconds{phase}` | time per cycle phase |
 //! | `queen_sweeper_sleep_ms` | histogram of planned sleeps |
 //! | `queen_sweeper_phase_skipped_total{phase,reason}` | phases shed, switched off, or disabled |
-//! | `queen_kv_expired_not_pruned` / `_capped` | expired rows still present after the last prune call (the alarm) |
+//! | `queen_kv_expired_not_pruned` / `_capped` | expired rows still present at the last probe or prune call, whichever came last (the alarm; fresh on every pass, shed or not) |
 //! | `queen_kv_expiry_lag_ms` | how long the oldest unpruned row has been dead |
 //! | `queen_sweeper_empty_claims_total` | first claims of a pass that took nothing |
 //! | `queen_sweeper_queries_total{kind}` | database calls by kind |
@@ -269,6 +269,16 @@ impl Metrics {
     /// before closing the exposition (the broker's HTTP API does).
     pub fn encode_series(&self, text: &mut String) -> std::fmt::Result {
         prometheus_client::encoding::text::encode_registry(text, &self.registry)
+    }
+
+    /// Publishes the prune's alarm (from the probe on every pass, and after every prune call).
+    pub fn publish_kv_alarm(&self, alarm: crate::types::ExpiredKv) {
+        self.kv_expired_not_pruned
+            .set(i64::try_from(alarm.expired).unwrap_or(i64::MAX));
+        self.kv_expired_not_pruned_capped
+            .set(i64::from(alarm.capped));
+        self.kv_expiry_lag_ms
+            .set(i64::try_from(alarm.lag_ms).unwrap_or(i64::MAX));
     }
 
     /// Counts one database call of `kind`.

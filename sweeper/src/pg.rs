@@ -22,9 +22,10 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::port::{Store, TimerTx};
 use crate::types::{
-    ApplyResult, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep, FailCause,
-    FailOutcome, FailRequest, FireCall, Probe, SegmentOutcome, SegmentResult, ShardOrder, Switch,
-    SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep,
+    ApplyResult, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep, ExpiredKv,
+    FailCause, FailOutcome, FailRequest, FireCall, Probe, ProbeRequest, SegmentOutcome,
+    SegmentResult, ShardOrder, Switch, SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp,
+    TimerRef, UsageStep,
 };
 
 /// How much longer than the server's statement timeout the client waits before giving the
@@ -186,6 +187,11 @@ struct ProbeJson {
     due: i64,
     due_capped: bool,
     late_ms: i64,
+    schedule_enabled: bool,
+    fire_enabled: bool,
+    kv_expired: Option<i64>,
+    kv_expired_capped: Option<bool>,
+    kv_lag_ms: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -298,29 +304,42 @@ fn assert_fire_call_well_formed(call: &FireCall) {
 }
 
 impl Store for PgStore {
-    async fn probe(
-        &self,
-        _slot: &Slot<Maintenance>,
-        shards: &ShardOrder,
-        due_cap: u32,
-    ) -> Result<Probe> {
-        let shards = shard_array(shards);
+    async fn probe(&self, _slot: &Slot<Maintenance>, request: &ProbeRequest) -> Result<Probe> {
+        let shards = shard_array(&request.shards);
+        let (due_cap, kv_cap) = (
+            clamp_i32(u64::from(request.due_cap)),
+            clamp_i32(u64::from(request.kv_cap)),
+        );
         let value: serde_json::Value = self
             .call("probe", move |c| {
                 Box::pin(
-                    sqlx::query_scalar("SELECT queen.log_timers_due_v1($1, now(), $2)")
+                    sqlx::query_scalar("SELECT queen.sweeper_probe_v1($1, now(), $2, $3)")
                         .bind(shards)
-                        .bind(clamp_i32(u64::from(due_cap)))
+                        .bind(due_cap)
+                        .bind(kv_cap)
                         .fetch_one(c),
                 )
             })
             .await?;
         let probe: ProbeJson = decode_json(value, "probe")?;
+        let kv_expired = match (probe.kv_expired, probe.kv_expired_capped, probe.kv_lag_ms) {
+            (Some(expired), Some(capped), Some(lag_ms)) => Some(ExpiredKv {
+                expired: non_negative(expired),
+                capped,
+                lag_ms: non_negative(lag_ms),
+            }),
+            _ => None,
+        };
         Ok(Probe {
             next_in_ms: probe.next_in_ms.map(non_negative),
             due: u32::try_from(probe.due).unwrap_or(u32::MAX),
             due_capped: probe.due_capped,
             late_ms: non_negative(probe.late_ms),
+            switches: SwitchStates {
+                schedule_enabled: probe.schedule_enabled,
+                fire_enabled: probe.fire_enabled,
+            },
+            kv_expired,
         })
     }
 

@@ -16,18 +16,19 @@ use crate::admission::{Maintenance, Slot};
 use crate::error::Result;
 use crate::types::{
     ApplyResult, ClaimRequest, Claimed, ExpireStep, FailOutcome, FailRequest, FireCall, Probe,
-    SegmentOutcome, ShardOrder, Switch, SwitchStates, TakeRequest, Taken, TimerOp, TimerRef,
-    UsageStep,
+    ProbeRequest, SegmentOutcome, ShardOrder, Switch, SwitchStates, TakeRequest, Taken, TimerOp,
+    TimerRef, UsageStep,
 };
 
 /// The sweeper's database calls.
 pub trait Store: Send + Sync + 'static {
-    /// PROBE: one read-only call, 64 single-row index seeks; due rows counted up to `due_cap`.
+    /// PROBE: one read-only call: 64 single-row index seeks, due rows counted up to a cap, the
+    /// kill switches, and (unless `kv_cap` is 0) the prune's alarm. An idle pass makes this call
+    /// and no other.
     fn probe(
         &self,
         slot: &Slot<Maintenance>,
-        shards: &ShardOrder,
-        due_cap: u32,
+        request: &ProbeRequest,
     ) -> impl Future<Output = Result<Probe>> + Send;
 
     /// CLAIM: takes due rows under `FOR UPDATE SKIP LOCKED` and leases them to this broker (the

@@ -42,6 +42,7 @@ pub const FILES: &[SqlFile] = sql_files![
     "013_timers_fail_dlq.sql",
     "014_timers_apply.sql",
     "015_timers_take.sql",
+    "016_sweeper_probe.sql",
     "020_kv.sql",
     "021_quota.sql",
     "030_kv_sweeper.sql",

@@ -23,7 +23,11 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::port::Store;
-use crate::types::ShardOrder;
+use crate::types::{ExpiredKv, ShardOrder};
+
+/// Expired-but-present KV rows the alarm counts up to, on every pass (the probe carries it) and
+/// after every prune call. Not measured: bounds the count's cost to this many index entries.
+pub const KV_ALARM_CAP: u32 = 10_000;
 
 /// Consecutive pressured passes after which the prune is shed. Not measured.
 pub const SHED_PRUNE_AFTER: u32 = 1;
@@ -76,6 +80,18 @@ impl Gate {
     }
 }
 
+/// What phase C is told by the rest of the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubclockInputs {
+    /// The pass's clock reading.
+    pub now: Instant,
+    /// Consecutive passes that ended on a budget or a capped backlog: sheds from the bottom.
+    pub pressure: u32,
+    /// Expired-but-present KV rows the probe counted (`None`: not asked, or the probe failed).
+    /// The prune runs only when this is not `Some(0)`.
+    pub kv_expired: Option<u64>,
+}
+
 /// What phase C did in one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SubclockReport {
@@ -89,6 +105,8 @@ pub struct SubclockReport {
     pub rollup_shed: bool,
     /// The prune was due but shed under pressure.
     pub prune_shed: bool,
+    /// The prune was due but the probe saw nothing expired: no call was made.
+    pub prune_idle: bool,
 }
 
 /// The two gates and the rollup's cursor.
@@ -137,16 +155,20 @@ impl SubClocks {
         }
     }
 
-    /// Runs whichever phases are due, shedding from the bottom under `pressure`.
+    /// Runs whichever phases are due, shedding from the bottom under pressure.
     pub async fn run<S: Store>(
         &mut self,
         store: &S,
         admission: &Admission,
         metrics: &Metrics,
         shards: &ShardOrder,
-        now: Instant,
-        pressure: u32,
+        inputs: SubclockInputs,
     ) -> SubclockReport {
+        let SubclockInputs {
+            now,
+            pressure,
+            kv_expired,
+        } = inputs;
         let mut report = SubclockReport::default();
         if self.rollup.open(now) || (self.rollup_in_progress && !self.rollup.off) {
             if pressure >= SHED_ROLLUP_AFTER {
@@ -160,6 +182,10 @@ impl SubClocks {
             if pressure >= SHED_PRUNE_AFTER {
                 report.prune_shed = true;
                 metrics.skipped(SlowPhase::Prune.name(), "shed");
+            } else if kv_expired == Some(0) {
+                // Nothing to prune: no call, and the gate moves on as if it ran.
+                report.prune_idle = true;
+                self.prune.next_at = now + self.prune.every;
             } else {
                 let (calls, deleted) = self.prune(store, admission, metrics, shards, now).await;
                 report.prune_calls = calls;
@@ -225,15 +251,11 @@ impl SubClocks {
             match store.kv_expire_step(&slot, shards, self.prune_batch).await {
                 Ok(step) => {
                     // The alarm is published on every call, including those that delete nothing.
-                    metrics
-                        .kv_expired_not_pruned
-                        .set(i64::try_from(step.unpruned).unwrap_or(i64::MAX));
-                    metrics
-                        .kv_expired_not_pruned_capped
-                        .set(i64::from(step.unpruned_capped));
-                    metrics
-                        .kv_expiry_lag_ms
-                        .set(i64::try_from(step.lag_ms).unwrap_or(i64::MAX));
+                    metrics.publish_kv_alarm(ExpiredKv {
+                        expired: step.unpruned,
+                        capped: step.unpruned_capped,
+                        lag_ms: step.lag_ms,
+                    });
                     deleted += step.deleted;
                     if step.done || step.deleted == 0 {
                         break;
@@ -248,24 +270,39 @@ impl SubClocks {
         (calls, deleted)
     }
 
-    fn phase_failed(&mut self, phase: SlowPhase, error: &Error, metrics: &Metrics, now: Instant) {
-        let class = error.class();
-        metrics.failed(class);
+    /// Switches `phase` off for the life of the process after a configuration error (class 42)
+    /// that surfaced outside the phase's own call (the probe's KV part).
+    pub fn switch_off(&mut self, phase: SlowPhase, error: &Error, metrics: &Metrics) {
+        assert_eq!(
+            error.class(),
+            Class::Config,
+            "only class 42 switches a phase off"
+        );
         let gate = match phase {
             SlowPhase::Rollup => &mut self.rollup,
             SlowPhase::Prune => &mut self.prune,
         };
+        gate.off = true;
+        metrics.skipped(phase.name(), "off");
+        tracing::error!(
+            %error,
+            "the {} is switched off for the life of this process: {} is missing or unusable (a configuration error). Timers keep firing. Fix: apply sql/030_kv_sweeper.sql (`queen-sweeper run` applies sql/ at start unless --no-apply-schema) and check the sweeper's role may execute {}, then restart",
+            phase.name(),
+            phase.function(),
+            phase.function()
+        );
+    }
+
+    fn phase_failed(&mut self, phase: SlowPhase, error: &Error, metrics: &Metrics, now: Instant) {
+        let class = error.class();
+        metrics.failed(class);
         if class == Class::Config {
-            gate.off = true;
-            metrics.skipped(phase.name(), "off");
-            tracing::error!(
-                %error,
-                "the {} is switched off for the life of this process: {} failed with a configuration error. Timers keep firing. Fix: apply sql/030_kv_sweeper.sql (`queen-sweeper run` applies sql/ at start unless --no-apply-schema) and check the sweeper's role may execute {}, then restart",
-                phase.name(),
-                phase.function(),
-                phase.function()
-            );
+            self.switch_off(phase, error, metrics);
         } else {
+            let gate = match phase {
+                SlowPhase::Rollup => &mut self.rollup,
+                SlowPhase::Prune => &mut self.prune,
+            };
             gate.next_at = now + gate.every;
             if phase == SlowPhase::Rollup {
                 // An unfinished rollup resumes from its cursor, but at the next gate, not the

@@ -83,14 +83,9 @@ impl Switches {
         Ok(())
     }
 
-    /// Reads both switches from the database into this process.
-    pub async fn refresh<S: Store>(
-        &self,
-        store: &S,
-        admission: &Admission,
-    ) -> Result<SwitchStates> {
-        let slot = admission.maintenance().await;
-        let states = store.read_switches(&slot).await?;
+    /// Takes both switches as the database has them (the probe carries them on every pass),
+    /// saying so when one changed.
+    pub fn observe(&self, states: SwitchStates) {
         for (switch, enabled) in [
             (Switch::Schedule, states.schedule_enabled),
             (Switch::Fire, states.fire_enabled),
@@ -107,6 +102,17 @@ impl Switches {
                 );
             }
         }
+    }
+
+    /// Reads both switches from the database into this process.
+    pub async fn refresh<S: Store>(
+        &self,
+        store: &S,
+        admission: &Admission,
+    ) -> Result<SwitchStates> {
+        let slot = admission.maintenance().await;
+        let states = store.read_switches(&slot).await?;
+        self.observe(states);
         Ok(states)
     }
 }

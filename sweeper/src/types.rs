@@ -151,7 +151,19 @@ impl Taken {
     }
 }
 
-/// PROBE: what is due.
+/// PROBE: what to ask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeRequest {
+    /// The order shards are visited in.
+    pub shards: ShardOrder,
+    /// Due rows are counted up to this many.
+    pub due_cap: u32,
+    /// Expired-but-present KV rows are counted up to this many; 0 leaves the KV part out (the
+    /// prune is off).
+    pub kv_cap: u32,
+}
+
+/// PROBE: what is due, and what the rest of the pass needs to decide whether to run, in one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Probe {
     /// Milliseconds until the earliest row becomes visible; 0 when something is due; `None` when
@@ -163,6 +175,21 @@ pub struct Probe {
     pub due_capped: bool,
     /// How long the oldest due shard head has been past its delivery instant.
     pub late_ms: u64,
+    /// The kill switches as the database has them.
+    pub switches: SwitchStates,
+    /// The prune's alarm, when the probe was asked for it.
+    pub kv_expired: Option<ExpiredKv>,
+}
+
+/// The prune's alarm: KV rows past their expiry and still present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExpiredKv {
+    /// Expired rows still present, counted up to a cap.
+    pub expired: u64,
+    /// The count reached its cap.
+    pub capped: bool,
+    /// How long the oldest of them has been dead.
+    pub lag_ms: u64,
 }
 
 /// Where a timer's message goes.

@@ -12,9 +12,9 @@ use queen_sweeper::{
     Admission, ClaimRequest, Claimed, ClaimedTimer, ClassLabel, Config, Destination, DrainLimits,
     DrainReport, DrainStop, Drainer, Error, ExpireStep, FailCause, FailOutcome, FailRequest,
     FailRow, FairRound, FireCall, LaneSizes, Maintenance, Metrics, PERMANENT_BACKOFF_MAX,
-    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ROLLUP_TENANTS_PER_STEP, SHARD_COUNT,
-    SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder, SkipLabel,
-    Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TakeRequest, Taken,
+    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ProbeRequest, ROLLUP_TENANTS_PER_STEP,
+    SHARD_COUNT, SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder,
+    SkipLabel, Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TakeRequest, Taken,
     TakenDestination, TimerRef, UsageStep, identity_shard,
 };
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,7 @@ enum Call {
     Probe {
         shards: Vec<u8>,
         due_cap: u32,
+        kv_cap: u32,
     },
     Claim {
         shards: Vec<u8>,
@@ -121,6 +122,8 @@ struct Script {
     claims: VecDeque<Result<Vec<ClaimedTimer>, Sqlstate>>,
     /// Failures the next takes answer, before the pool.
     take_errors: VecDeque<Sqlstate>,
+    /// A probe asked for the prune's alarm fails with this (the KV file is missing).
+    kv_probe_error: Option<Sqlstate>,
     /// Rows handed out, up to `max_rows`, once `claims` is empty.
     pool: VecDeque<ClaimedTimer>,
     /// A segment holding any of these keys comes back stale.
@@ -150,6 +153,7 @@ impl Default for Script {
             probe_default: nothing_due(),
             claims: VecDeque::new(),
             take_errors: VecDeque::new(),
+            kv_probe_error: None,
             pool: VecDeque::new(),
             stale_keys: HashSet::new(),
             poison: Vec::new(),
@@ -209,22 +213,34 @@ fn kinds(calls: &[Call]) -> Vec<&'static str> {
 }
 
 impl Store for FakeStore {
+    /// Answers the scripted probe, carrying the script's switches as the database has them.
     async fn probe(
         &self,
         _slot: &Slot<Maintenance>,
-        shards: &ShardOrder,
-        due_cap: u32,
+        request: &ProbeRequest,
     ) -> Result<Probe, Error> {
         self.record(Call::Probe {
-            shards: shards.as_slice().to_vec(),
-            due_cap,
+            shards: request.shards.as_slice().to_vec(),
+            due_cap: request.due_cap,
+            kv_cap: request.kv_cap,
         });
         let mut script = self.script();
+        if let (Some(state), true) = (script.kv_probe_error, request.kv_cap > 0) {
+            return Err(db_error(state, "probe"));
+        }
         let answer = script
             .probes
             .pop_front()
             .unwrap_or(Ok(script.probe_default));
-        answer.map_err(|state| db_error(state, "probe"))
+        let switches = script.switches;
+        answer
+            .and_then(|probe| {
+                Ok(Probe {
+                    switches: switches?,
+                    ..probe
+                })
+            })
+            .map_err(|state| db_error(state, "probe"))
     }
 
     async fn claim(
@@ -517,12 +533,21 @@ fn take_config(vars: &[(&str, &str)]) -> Config {
     Config::from_vars(all).expect("a valid test config")
 }
 
+/// Both switches on (the fake's probe replaces them with the script's).
+const SWITCHES_ON: SwitchStates = SwitchStates {
+    schedule_enabled: true,
+    fire_enabled: true,
+};
+
+/// Nothing due; the alarm not reported, so the prune runs on its gate alone.
 fn nothing_due() -> Probe {
     Probe {
         next_in_ms: None,
         due: 0,
         due_capped: false,
         late_ms: 0,
+        switches: SWITCHES_ON,
+        kv_expired: None,
     }
 }
 
@@ -532,6 +557,8 @@ fn due(n: u32) -> Probe {
         due: n,
         due_capped: false,
         late_ms: 0,
+        switches: SWITCHES_ON,
+        kv_expired: None,
     }
 }
 
@@ -1325,9 +1352,7 @@ async fn with_the_fire_switch_off_the_pass_probes_and_prunes_but_never_claims() 
     let kinds = sweeper.store().kinds();
     assert_eq!(
         kinds,
-        [
-            "switches", "probe", "prune", "probe", "prune", "probe", "prune"
-        ],
+        ["probe", "prune", "probe", "prune", "probe", "prune"],
         "the probe and the prune keep their cadence; nothing is claimed"
     );
     assert_eq!(sweeper.store().script().pool.len(), 10);
@@ -1357,8 +1382,8 @@ async fn setting_the_fire_switch_off_writes_the_database_and_the_next_pass_claim
     assert_eq!(report.drain, None);
     assert_eq!(
         store.kinds(),
-        ["write_switch", "switches", "probe", "prune"],
-        "the refresh reads back what was written; nothing is claimed"
+        ["write_switch", "probe", "prune"],
+        "the probe reads back what was written; nothing is claimed"
     );
     assert_eq!(
         store.calls()[0],
@@ -1479,6 +1504,7 @@ async fn the_starting_shard_rotates_by_one_each_pass_and_every_call_carries_all_
         assert!(calls.contains(&Call::Probe {
             shards: ShardOrder::starting_at(expected).as_slice().to_vec(),
             due_cap: 2000,
+            kv_cap: queen_sweeper::KV_ALARM_CAP,
         }));
         for call in &calls {
             let shards = match call {
@@ -1716,7 +1742,7 @@ async fn a_class_42_take_error_spends_no_attempt_touches_no_row_and_sleeps_the_c
     let report = sweeper.pass().await;
 
     let calls = sweeper.store().calls();
-    assert_eq!(kinds(&calls), ["switches", "probe", "take", "prune"]);
+    assert_eq!(kinds(&calls), ["probe", "take", "prune"]);
     assert!(fail_calls(&calls).is_empty(), "no attempt is spent");
     let drain = report.drain.unwrap();
     assert_eq!(
@@ -1828,6 +1854,137 @@ async fn a_capped_backlog_with_fast_calls_keeps_the_full_batch_and_the_floor() {
             .all(|(max_rows, ..)| *max_rows == 100)
     );
     assert_eq!(sweeper.metrics().fire_pressure.get(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idle: one call a pass
+// ---------------------------------------------------------------------------------------------
+
+/// Nothing due, and the probe saw `expired` expired-but-present KV rows.
+fn idle_with_expired(expired: u64) -> Probe {
+    Probe {
+        kv_expired: Some(queen_sweeper::ExpiredKv {
+            expired,
+            capped: false,
+            lag_ms: 0,
+        }),
+        ..nothing_due()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_broker_makes_one_call_a_pass_and_sleeps_the_ceiling() {
+    let fake = FakeStore::new();
+    fake.script().probe_default = idle_with_expired(0);
+    let mut sweeper = take_sweeper(fake, &[]);
+    for _ in 0..20 {
+        let report = sweeper.pass().await;
+        assert_eq!(report.sleep, Duration::from_millis(1000));
+        assert!(report.subclocks.prune_idle || report.subclocks.prune_calls == 0);
+        tokio::time::advance(report.sleep).await;
+    }
+    assert_eq!(
+        sweeper.store().kinds(),
+        ["probe"; 20],
+        "20 idle seconds: 20 statements, each carrying the switches and the prune's alarm"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_prune_runs_on_its_gate_only_when_the_probe_saw_expired_rows() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probes.push_back(Ok(idle_with_expired(0)));
+        script.probes.push_back(Ok(idle_with_expired(7)));
+        script.probe_default = idle_with_expired(0);
+        script.expire_steps.push_back(pruned(7, true, 0));
+    }
+    let mut sweeper = take_sweeper(fake, &[]);
+    let first = sweeper.pass().await;
+    tokio::time::advance(Duration::from_millis(1000)).await;
+    let second = sweeper.pass().await;
+    assert!(first.subclocks.prune_idle);
+    assert_eq!(
+        (second.subclocks.prune_calls, second.subclocks.pruned),
+        (1, 7)
+    );
+    assert_eq!(sweeper.store().kinds(), ["probe", "probe", "prune"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_alarm_keeps_counting_while_the_prune_is_shed() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        for expired in [100, 200, 300, 400] {
+            script.probes.push_back(Ok(Probe {
+                due_capped: true,
+                kv_expired: Some(queen_sweeper::ExpiredKv {
+                    expired,
+                    capped: false,
+                    lag_ms: expired * 10,
+                }),
+                ..due(2000)
+            }));
+        }
+        script.pool.extend(batch("k", 100_000));
+    }
+    let mut sweeper = take_sweeper(fake, &[("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "200")]);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let report = sweeper.pass().await;
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        seen.push((
+            report.subclocks.prune_shed,
+            sweeper.metrics().kv_expired_not_pruned.get(),
+            sweeper.metrics().kv_expiry_lag_ms.get(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            (true, 100, 1000),
+            (true, 200, 2000),
+            (true, 300, 3000),
+            (true, 400, 4000)
+        ],
+        "shed on every pass under the capped backlog, the alarm still grows with the table"
+    );
+    assert!(!sweeper.store().kinds().contains(&"prune"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_kv_sweeper_file_switches_the_prune_off_and_the_probe_goes_on_without_it() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.kv_probe_error = Some(Some("42883"));
+        script.probe_default = due(3);
+        script.pool.extend(batch("k", 3));
+    }
+    let mut sweeper = take_sweeper(fake, &[]);
+    let first = sweeper.pass().await;
+    assert_eq!(first.drain.unwrap().fired, 3, "timers keep firing");
+    assert!(sweeper.subclocks_off(queen_sweeper::SlowPhase::Prune));
+    tokio::time::advance(Duration::from_millis(1000)).await;
+    sweeper.pass().await;
+    let probes: Vec<u32> = sweeper
+        .store()
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Probe { kv_cap, .. } => Some(*kv_cap),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        probes,
+        [queen_sweeper::KV_ALARM_CAP, 0, 0],
+        "the failed probe is asked again without the KV part, and so is every later one"
+    );
+    assert!(!sweeper.store().kinds().contains(&"prune"));
+    assert_eq!(skipped(sweeper.metrics(), "prune", "off"), 1);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use queen_sweeper::{
-    Admission, ClaimRequest, Class, PgStore, SegmentResult, ShardOrder, Store, connect_options,
-    plan_fire_calls,
+    Admission, ClaimRequest, Class, PgStore, ProbeRequest, SegmentResult, ShardOrder, Store,
+    connect_options, plan_fire_calls,
 };
 use queen_testdb::TestDb;
 use sqlx::postgres::PgPoolOptions;
@@ -252,10 +252,12 @@ async fn the_stores_tcp_connections_set_tcp_nodelay() {
         .unwrap();
     let admission = Admission::new(Default::default());
     let slot = admission.maintenance().await;
-    store
-        .probe(&slot, &ShardOrder::starting_at(0), 10)
-        .await
-        .unwrap();
+    let probe = ProbeRequest {
+        shards: ShardOrder::starting_at(0),
+        due_cap: 10,
+        kv_cap: 0,
+    };
+    store.probe(&slot, &probe).await.unwrap();
     let sockets = nodelay_of_sockets_to(port);
     assert!(!sockets.is_empty(), "found the store's TCP connection");
     assert!(

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use queen_sweeper::{ApplyResult, ApplyStatus, Payload, TimerOp};
 use queen_sweeper::{
-    ClaimedTimer, Destination, ExpireStep, FailOutcome, FailRow, FireCall, Probe, TimerRef,
-    UsageStep,
+    ClaimedTimer, Destination, ExpireStep, ExpiredKv, FailOutcome, FailRow, FireCall, Probe,
+    TimerRef, UsageStep,
 };
 use uuid::Uuid;
 
@@ -31,8 +31,9 @@ fn ms_between(later: Us, earlier: Us) -> u64 {
     later.saturating_sub(earlier).div_ceil(1000)
 }
 
-/// PROBE over committed rows: fixed cost per shard, not per backlog row.
-pub fn probe(t: &Tables, shards: &[u8], now: Us, cap: u32) -> Probe {
+/// PROBE over committed rows: fixed cost per shard, not per backlog row; the switches; and, with
+/// `kv_cap` > 0, the prune's alarm (`queen.sweeper_probe_v1`).
+pub fn probe(t: &Tables, shards: &[u8], now: Us, cap: u32, kv_cap: u32) -> Probe {
     let mut next: Option<Us> = None;
     let mut oldest_due_deliver: Option<Us> = None;
     let mut due: u64 = 0;
@@ -61,6 +62,30 @@ pub fn probe(t: &Tables, shards: &[u8], now: Us, cap: u32) -> Probe {
         due: due.min(u64::from(cap)) as u32,
         due_capped: due > u64::from(cap),
         late_ms: oldest_due_deliver.map_or(0, |d| now.saturating_sub(d) / 1000),
+        switches: t.switches(),
+        kv_expired: (kv_cap > 0).then(|| kv_alarm(t, shards, now, u64::from(kv_cap))),
+    }
+}
+
+/// The prune's alarm (`queen.kv_expired_v1`): expired rows still present, counted up to `cap`,
+/// and how long the oldest has been dead.
+pub fn kv_alarm(t: &Tables, shards: &[u8], now: Us, cap: u64) -> ExpiredKv {
+    let mut expired = 0u64;
+    let mut oldest: Option<Us> = None;
+    for &shard in shards {
+        let mut rows = t
+            .kv_index
+            .range((shard, 0, min_kv())..)
+            .take_while(|(s, e, _)| *s == shard && *e <= now);
+        if let Some((_, first, _)) = rows.next() {
+            oldest = Some(oldest.map_or(*first, |o| o.min(*first)));
+            expired += 1 + rows.take(cap as usize).count() as u64;
+        }
+    }
+    ExpiredKv {
+        expired: expired.min(cap),
+        capped: expired > cap,
+        lag_ms: oldest.map_or(0, |o| now.saturating_sub(o) / 1000),
     }
 }
 
@@ -469,24 +494,13 @@ pub fn kv_expire_step(
             pruned_at: now,
         });
     }
-    let mut unpruned = 0u64;
-    let mut oldest: Option<Us> = None;
-    for &shard in shards {
-        let mut expired = t
-            .kv_index
-            .range((shard, 0, min_kv())..)
-            .take_while(|(s, e, _)| *s == shard && *e <= now);
-        if let Some((_, first, _)) = expired.next() {
-            oldest = Some(oldest.map_or(*first, |o| o.min(*first)));
-            unpruned += 1 + expired.take(unpruned_cap as usize).count() as u64;
-        }
-    }
+    let alarm = kv_alarm(t, shards, now, unpruned_cap);
     ExpireStep {
         deleted,
         done,
-        unpruned: unpruned.min(unpruned_cap),
-        unpruned_capped: unpruned > unpruned_cap,
-        lag_ms: oldest.map_or(0, |o| now.saturating_sub(o) / 1000),
+        unpruned: alarm.expired,
+        unpruned_capped: alarm.capped,
+        lag_ms: alarm.lag_ms,
     }
 }
 

@@ -161,9 +161,12 @@ fn error(e: SqlError) -> Response {
 async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTxn>) -> Response {
     let c = db.costs;
     match request {
-        Request::Probe { shards, due_cap } => {
+        Request::Probe(probe) => {
             sleep_us(c.probe_us).await;
-            Response::Probe(db.with(|t| ops::probe(t, &shards, now_us(), due_cap)))
+            let shards = probe.shards.as_slice();
+            Response::Probe(
+                db.with(|t| ops::probe(t, shards, now_us(), probe.due_cap, probe.kv_cap)),
+            )
         }
         Request::Claim {
             shards,

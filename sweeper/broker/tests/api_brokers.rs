@@ -183,10 +183,12 @@ async fn two_brokers_share_the_work_and_fire_every_timer_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sigkilled_brokers_claims_fire_in_the_other_broker_after_the_lease() {
+async fn on_the_leased_path_a_sigkilled_brokers_claims_fire_in_the_other_broker_after_the_lease() {
     let db = TestDb::new().await;
-    // A short lease to wait out; the statement timeout at half of it, as the knobs require.
+    // The leased path (the take is the default): a short lease to wait out; the statement
+    // timeout at half of it, as the knobs require.
     let env = [
+        ("QUEEN_SWEEPER_FIRE_TAKE", "0"),
         ("QUEEN_SWEEPER_LEASE_MS", "6000"),
         ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "3000"),
     ];
@@ -275,6 +277,102 @@ async fn a_sigkilled_brokers_claims_fire_in_the_other_broker_after_the_lease() {
         "a SIGKILLed broker's 50 claims fired in the survivor {waited:.0} ms after the claim (lease 6000 ms)"
     );
     assert_eq!(fired, 50.0, "the survivor fired them all");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_sigkilled_mid_take_leaves_no_lease_its_timers_fire_within_two_seconds() {
+    let db = TestDb::new().await;
+    // The take (the default) with the default 30 s lease: nothing of it may be waited out.
+    let mut doomed = Start::on(&db, "doomed").spawn().await;
+    let survivor = Start::on(&db, "survivor").spawn().await;
+    sqlx::query("SELECT queen.log_partition_ensure_v1('default', 'tq', 'default')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Hold the destination partition's row lock. Whichever broker takes the 50 timers then
+    // waits on it inside its take, holding the rows; the other one skips them.
+    let mut partition_lock = db.connection().await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM queen.log_partitions FOR UPDATE;")
+        .execute(&mut partition_lock)
+        .await
+        .unwrap();
+    let ops: Vec<Value> = (0..50)
+        .map(|i| {
+            let mut op = schedule_op("tq", &format!("t{i}"), 0, json!(i));
+            op["txn"] = json!(format!("t{i}"));
+            op
+        })
+        .collect();
+    assert_eq!(doomed.schedule(&json!({ "ops": ops })).await.status, 200);
+    remember_timers(&db.pool).await;
+    // The doomed broker's wake makes it the likely taker; if the survivor took them, the kill
+    // below still shows that a dead broker leaves nothing behind, and the test says which.
+    wait_for_lock_waiter(&db.pool, "queen-sweeper:").await;
+    let taker: String = sqlx::query_scalar(
+        "SELECT application_name FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name LIKE 'queen-sweeper:%'
+           AND wait_event_type = 'Lock' LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL"
+        )
+        .await,
+        0,
+        "the take writes no lease"
+    );
+
+    let killed_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    doomed.signal(libc::SIGKILL);
+    assert_eq!(doomed.wait_exit(Duration::from_secs(10)).await, None);
+    // Release the partition once the dead broker's backends are gone (their take aborted), or
+    // at once when the survivor is the taker: either way every timer must fire, once, soon.
+    if taker == "queen-sweeper:doomed" {
+        wait_for("the dead broker's backends to go", Duration::from_secs(5), || async {
+            count(&db.pool, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'queen-sweeper:doomed'").await == 0
+        })
+        .await;
+    }
+    sqlx::raw_sql("COMMIT")
+        .execute(&mut partition_lock)
+        .await
+        .unwrap();
+    partition_lock.close().await.unwrap();
+    wait_for("the 50 timers", Duration::from_secs(10), || async {
+        count(&db.pool, "SELECT count(*) FROM queen.log_messages").await == 50
+    })
+    .await;
+    let (messages, txns, early) = delivery(&db.pool).await;
+    assert_eq!(
+        (messages, txns, early),
+        (50, 50, 0),
+        "each timer once, none early"
+    );
+    let after_kill_ms: f64 = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max(created_at) - $1) * 1000)::float8 FROM queen.log_messages",
+    )
+    .bind(killed_at)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    println!("taker {taker}: the last of 50 timers fired {after_kill_ms:.0} ms after the SIGKILL");
+    assert!(
+        after_kill_ms < 2000.0,
+        "a killed broker's timers waited {after_kill_ms:.0} ms (lease 30 000 ms)"
+    );
+    assert!(
+        survivor
+            .metric("queen_sweeper_timers_total{result=\"fired\"}")
+            .await
+            <= 50.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
