@@ -381,6 +381,15 @@ async fn a_missing_prune_function_switches_the_prune_off_once_and_timers_still_f
         .execute(&db.pool)
         .await
         .unwrap();
+    // The prune runs only when the probe reports an expired row: give it some.
+    sqlx::query(
+        "INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
+         SELECT 'default', 'ns', 'k' || i, '1', now() - interval '1 second', now(), now()
+         FROM generate_series(1, 3) i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let broker = Broker::start(
         &db,
         "no-prune",
