@@ -4,37 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use queen_harness::Spread;
+use queen_harness::spread::{round1, serialize_short};
 use serde::Serialize;
 
 use crate::model::state::{Source, Us};
 use crate::time::ORIGIN_US;
 use crate::world::Outcome;
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
-pub struct Spread {
-    pub p50: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(mut values: Vec<f64>) -> Spread {
-        if values.is_empty() {
-            return Spread::default();
-        }
-        values.sort_by(f64::total_cmp);
-        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
-        Spread {
-            p50: round1(at(0.5)),
-            p99: round1(at(0.99)),
-            max: round1(*values.last().expect("non-empty")),
-        }
-    }
-}
-
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
 
 /// One bucket of the time series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +18,7 @@ pub struct Bucket {
     pub start_s: f64,
     pub fired: u64,
     pub stale_segments: u64,
+    #[serde(serialize_with = "serialize_short")]
     pub lateness_ms: Spread,
     pub probe_claim_per_s: f64,
 }
@@ -56,7 +33,9 @@ pub struct RunNumbers {
     pub fired_segments: u64,
     pub stale_segments: u64,
     pub stale_timers: u64,
+    #[serde(serialize_with = "serialize_short")]
     pub lateness_ms: Spread,
+    #[serde(serialize_with = "serialize_short")]
     pub push_latency_ms: Spread,
     pub pushes: u64,
     pub wal_mib: f64,
@@ -117,7 +96,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
             late_by_bucket[i].push(*ms);
         }
         for (i, values) in late_by_bucket.into_iter().enumerate() {
-            series[i].lateness_ms = Spread::of(values);
+            series[i].lateness_ms = Spread::of_values(values);
         }
         for segment in t.segments.iter().filter(|s| !s.fired) {
             series[((segment.at - ORIGIN_US) / bucket_us) as usize].stale_segments += 1;
@@ -144,8 +123,8 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
                 .filter(|s| !s.fired)
                 .map(|s| u64::from(s.timers))
                 .sum(),
-            lateness_ms: Spread::of(late.iter().map(|(_, ms)| *ms).collect()),
-            push_latency_ms: Spread::of(
+            lateness_ms: Spread::of_values(late.iter().map(|(_, ms)| *ms).collect()),
+            push_latency_ms: Spread::of_values(
                 log.push_latency_us
                     .iter()
                     .map(|us| *us as f64 / 1000.0)

@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use queen_harness::LineChart;
+
 use crate::scenarios::ScenarioReport;
 
 /// The summary table of one scenario, with its checks and findings.
@@ -86,66 +88,6 @@ pub fn json(reports: &[ScenarioReport]) -> String {
     serde_json::to_string_pretty(reports).expect("reports serialise") + "\n"
 }
 
-/// A line chart as SVG: one line per (name, points), x in simulated seconds.
-pub fn line_chart(
-    path: &std::path::Path,
-    title: &str,
-    y_label: &str,
-    lines: &[(String, Vec<(f64, f64)>)],
-) -> Result<(), String> {
-    use plotters::prelude::*;
-    let x_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
-        .fold(1.0, f64::max);
-    let y_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("simulated seconds")
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let palette = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
-    ];
-    for (i, (name, points)) in lines.iter().enumerate() {
-        let color = palette[i % palette.len()];
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
-}
-
 /// A chart of a report page: file suffix, title, unit, and the value it plots per bucket.
 type Chart = (
     &'static str,
@@ -196,12 +138,13 @@ pub fn write_dir(
     ];
     for (name, title, unit, metric) in charts {
         let file = format!("{stem}-{name}.svg");
-        line_chart(
-            &dir.join(&file),
-            &format!("{}: {title}", report.scenario),
-            unit,
-            &series(metric),
-        )?;
+        LineChart {
+            title: &format!("{}: {title}", report.scenario),
+            x_label: "simulated seconds",
+            y_label: unit,
+        }
+        .write_svg(&dir.join(&file), &series(metric))
+        .map_err(|e| e.to_string())?;
         files.push(file);
     }
     let mut page = String::new();

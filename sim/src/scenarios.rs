@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use queen_harness::spread::round1;
+use queen_harness::{Knobs, Spread};
+use queen_sweeper::knob;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -172,13 +175,6 @@ fn expect(name: &'static str, passed: bool, detail: String) -> Check {
     }
 }
 
-fn knobs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
 /// The livelock: five brokers, a backlog of 12 000 timers with 8 KiB payloads under a push
 /// load, the naive drain (claim the whole pass, then fire) against the shipped one (claim and
 /// fire in the same iteration, stop at half the lease), same seed and load. The backlog is less
@@ -191,13 +187,9 @@ fn livelock(seed: u64, options: Options) -> Parts {
         w.brokers = 5;
         w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
         w.liveness_ms = 60_000;
-        w.knobs = knobs(&[
-            ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
-            (
-                "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
-                &(lease / 2).min(5_000).to_string(),
-            ),
-        ]);
+        w.knobs = Knobs::new()
+            .with(knob::LEASE_MS, lease)
+            .with(knob::STATEMENT_TIMEOUT_MS, (lease / 2).min(5_000));
         w.naive_drain = naive;
         w.costs = Costs {
             wal_bytes_per_s: 16 * 1024 * 1024,
@@ -252,7 +244,7 @@ fn livelock(seed: u64, options: Options) -> Parts {
     let mut findings = BTreeMap::new();
     let row = |r: &RunReport| {
         json!({"staleSegments": r.numbers.stale_segments, "staleTimers": r.numbers.stale_timers,
-               "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms})
+               "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms.short()})
     };
     findings.insert("shipped".into(), row(&shipped));
     findings.insert("naive".into(), row(&naive));
@@ -364,10 +356,6 @@ fn spin(seed: u64, options: Options) -> Parts {
     (vec![band, floor], findings, expectations)
 }
 
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-
 /// Runs a spin world and measures each broker's probe+claim rate while its bursts drained (from
 /// the instant each burst became due to its last fire).
 fn run_spin(label: &str, form: &'static str, world: &World) -> (RunReport, BTreeMap<String, f64>) {
@@ -455,11 +443,10 @@ fn steady(seed: u64, options: Options, brokers: u32) -> World {
     w.brokers = brokers;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 20_000;
-    w.knobs = knobs(&[
-        ("QUEEN_SWEEPER_LEASE_MS", "3000"),
-        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "1000"),
-        ("QUEEN_KV_EXPIRE_EVERY_MS", "500"),
-    ]);
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, 3_000)
+        .with(knob::STATEMENT_TIMEOUT_MS, 1_000)
+        .with(knob::KV_EXPIRE_EVERY_MS, 500);
     w.timers = Some(TimerLoad {
         per_s: 300,
         batch: 10,
@@ -569,7 +556,7 @@ fn burst(seed: u64, options: Options) -> Parts {
     }];
     let run = execute("burst of 50 000", "shipped", &w, 1);
     let mut findings = BTreeMap::new();
-    findings.insert("latenessMs".into(), json!(run.numbers.lateness_ms));
+    findings.insert("latenessMs".into(), json!(run.numbers.lateness_ms.short()));
     let expectations = vec![expect(
         "no_stale_segments",
         run.numbers.stale_segments == 0,
@@ -604,12 +591,12 @@ fn fairness(seed: u64, options: Options) -> Parts {
     let small = analysis::fires_of(&outcome, "b0-");
     let big = analysis::fires_of(&outcome, "pre0-");
     let run = report_of("fairness", "shipped", &w, &outcome, 1);
-    let big_late = analysis::Spread::of(big.iter().map(|(_, _, late, _)| *late).collect());
+    let big_late = Spread::of_values(big.iter().map(|(_, _, late, _)| *late).collect());
     let (small_at, small_late) = small
         .first()
         .map_or((u64::MAX, f64::NAN), |(_, at, late, _)| (*at, *late));
     let mut findings = BTreeMap::new();
-    findings.insert("bigTenantLatenessMs".into(), json!(big_late));
+    findings.insert("bigTenantLatenessMs".into(), json!(big_late.short()));
     findings.insert("smallTenantLatenessMs".into(), json!(small_late));
     // One pass is at most QUEEN_SWEEPER_CYCLE_MAX_ROWS rows per broker, the brokers' passes
     // running side by side. The small tenant is starved if more than one pass of the big
@@ -648,22 +635,12 @@ fn swarm(seed: u64, options: Options) -> World {
     w.safety_ms = options.duration_s.unwrap_or(20) * 1000;
     w.liveness_ms = 20_000;
     let lease = rng.range(2_000, 8_000);
-    w.knobs = knobs(&[
-        ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
-        (
-            "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
-            &(lease / 2).min(2_000).to_string(),
-        ),
-        ("QUEEN_SWEEPER_CLAIM_BATCH", &rng.range(10, 300).to_string()),
-        (
-            "QUEEN_SWEEPER_MAX_FIRE_BYTES",
-            &rng.range(4_096, 1 << 20).to_string(),
-        ),
-        (
-            "QUEEN_KV_EXPIRE_EVERY_MS",
-            &rng.range(100, 2_000).to_string(),
-        ),
-    ]);
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, lease)
+        .with(knob::STATEMENT_TIMEOUT_MS, (lease / 2).min(2_000))
+        .with(knob::CLAIM_BATCH, rng.range(10, 300))
+        .with(knob::MAX_FIRE_BYTES, rng.range(4_096, 1 << 20))
+        .with(knob::KV_EXPIRE_EVERY_MS, rng.range(100, 2_000));
     w.link_latency_ms = (0, rng.range(1, 20));
     w.costs = Costs {
         wal_bytes_per_s: rng.range(2, 64) * 1024 * 1024,

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use queen_harness::Knobs;
 use queen_sweeper::Config;
 use queen_sweeper::Destination;
 use queen_sweeper::Sweeper;
@@ -101,7 +102,7 @@ pub struct World {
     pub safety_ms: u64,
     pub liveness_ms: u64,
     /// Sweeper knobs (`QUEEN_SWEEPER_*`, `QUEEN_KV_*`) for every broker.
-    pub knobs: Vec<(String, String)>,
+    pub knobs: Knobs,
     pub naive_drain: bool,
     pub floor_after_empty_claim: bool,
     pub costs: Costs,
@@ -132,7 +133,7 @@ impl World {
             brokers: 3,
             safety_ms: 30_000,
             liveness_ms: 15_000,
-            knobs: Vec::new(),
+            knobs: Knobs::new(),
             naive_drain: false,
             floor_after_empty_claim: false,
             costs: Costs::default(),
@@ -147,7 +148,8 @@ impl World {
     }
 
     pub fn config(&self) -> Config {
-        Config::from_vars(self.knobs.clone())
+        self.knobs
+            .config()
             .unwrap_or_else(|e| panic!("scenario knobs are invalid: {e}"))
     }
 }

@@ -5,6 +5,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use queen_harness::LineChart;
+
 use crate::bench::Bench;
 use crate::experiments::Finding;
 use crate::rig::Rig;
@@ -320,10 +322,21 @@ fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Resul
             })
             .collect();
         let file = format!("canonical-{name}.svg");
-        line_chart(&dir.join(&file), title, &lines)?;
+        chart(title)
+            .write_svg(&dir.join(&file), &lines)
+            .map_err(|e| e.to_string())?;
         let _ = writeln!(page, "![{title}]({file})\n");
     }
     Ok(())
+}
+
+/// The soak's charts: seconds of a run across, the title names what is plotted and its unit.
+fn chart(title: &str) -> LineChart<'_> {
+    LineChart {
+        title,
+        x_label: "seconds",
+        y_label: "",
+    }
 }
 
 fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), String> {
@@ -355,7 +368,9 @@ fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Resu
             "experiment-{}.svg",
             f.setting.to_lowercase().replace(' ', "-")
         );
-        line_chart(&dir.join(&file), &f.setting, &lines)?;
+        chart(&f.setting)
+            .write_svg(&dir.join(&file), &lines)
+            .map_err(|e| e.to_string())?;
         let _ = writeln!(
             page,
             "### `{}`\n\n{}\n\n![{}]({file})\n",
@@ -363,61 +378,6 @@ fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Resu
         );
     }
     Ok(())
-}
-
-fn line_chart(path: &Path, title: &str, lines: &[(String, Vec<(f64, f64)>)]) -> Result<(), String> {
-    use plotters::prelude::*;
-    let x_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
-        .fold(1.0, f64::max);
-    let y_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 380)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let palette = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
-        RGBColor(255, 127, 14),
-        RGBColor(140, 86, 75),
-    ];
-    for (i, (name, points)) in lines.iter().enumerate() {
-        let color = palette[i % palette.len()];
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -468,6 +428,24 @@ mod tests {
             page.contains("before and after the sweeper's runs"),
             "{page}"
         );
+    }
+
+    /// The committed reports were written before knobs and spreads had their own types; they
+    /// must still load, or `soak report` cannot rebuild them.
+    #[test]
+    fn every_committed_soak_report_still_loads() {
+        let reports = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&reports).expect("reports/ exists") {
+            let dir = entry.expect("readable").path();
+            let findings: Option<Vec<Finding>> = read_json(&dir, EXPERIMENTS).expect("loads");
+            let bench: Option<Bench> = read_json(&dir, BENCH).expect("loads");
+            let canonical: Option<Vec<RunResult>> = read_json(&dir, CANONICAL).expect("loads");
+            loaded += usize::from(findings.is_some())
+                + usize::from(bench.is_some())
+                + usize::from(canonical.is_some());
+        }
+        assert!(loaded > 0, "no soak report under {}", reports.display());
     }
 
     #[test]

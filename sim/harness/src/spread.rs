@@ -53,7 +53,7 @@ impl Spread {
 
     /// The spread of a histogram's values divided by `scale` (1000.0 turns recorded
     /// microseconds into milliseconds).
-    pub fn of_histogram(histogram: &Histogram<u64>, scale: f64) -> Spread {
+    pub fn of(histogram: &Histogram<u64>, scale: f64) -> Spread {
         if histogram.is_empty() {
             return Spread::default();
         }
@@ -108,7 +108,7 @@ mod tests {
     fn an_empty_sample_is_all_zero() {
         assert_eq!(Spread::of_values(Vec::new()), Spread::default());
         let empty = Histogram::<u64>::new(3).expect("valid precision");
-        assert_eq!(Spread::of_histogram(&empty, 1000.0), Spread::default());
+        assert_eq!(Spread::of(&empty, 1000.0), Spread::default());
     }
 
     /// Three significant digits: a value reads back within a thousandth of itself.
@@ -118,7 +118,7 @@ mod tests {
         for micros in 1..=1000 {
             histogram.record(micros * 1000).expect("in bounds");
         }
-        let spread = Spread::of_histogram(&histogram, 1000.0);
+        let spread = Spread::of(&histogram, 1000.0);
         assert_eq!(spread.count, 1000);
         assert!((500.0..=500.5).contains(&spread.p50), "{spread:?}");
         assert!((1000.0..=1001.0).contains(&spread.max), "{spread:?}");
