@@ -1,11 +1,13 @@
 //! The soak's own use of the server: a fresh database per run (so sizes and counters belong to one
-//! run), and the measurement queries. Its SQL is in `soak/sql/`, like the sweeper's in `sql/`.
+//! run, made and dropped by the test tier's `queen_testdb`), and the measurement queries. The
+//! multi-line measurements are in `soak/sql/`; the short reads (WAL position, fire span, delivery
+//! faults, the expectation rows) are inline below, and the loads' own calls in `run.rs`.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
+use sqlx::{ConnectOptions, Connection, PgPool};
 
 /// Measurement queries, one per file.
 pub const EXPECTED_TABLE: &str = include_str!("../sql/expected_table.sql");
@@ -45,14 +47,10 @@ impl RunDb {
             .connect()
             .await
             .map_err(|e| format!("cannot connect to the server: {e}"))?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-        )))
-        .execute(&mut connection)
-        .await
-        .map_err(|e| format!("cannot drop an old {name}: {e}"))?;
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut connection)
+        queen_testdb::drop_database(&mut connection, &name)
+            .await
+            .map_err(|e| format!("cannot drop an old {name}: {e}"))?;
+        queen_testdb::create_database(&mut connection, &name, None)
             .await
             .map_err(|e| format!("cannot create {name} (does the user have CREATEDB?): {e}"))?;
         let _ = connection.close().await;
@@ -82,13 +80,9 @@ impl RunDb {
     pub async fn drop_now(self) -> Result<(), String> {
         self.pool.close().await;
         let mut connection = self.admin.connect().await.map_err(|e| e.to_string())?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        )))
-        .execute(&mut connection)
-        .await
-        .map_err(|e| format!("cannot drop {}: {e}", self.name))?;
+        queen_testdb::drop_database(&mut connection, &self.name)
+            .await
+            .map_err(|e| format!("cannot drop {}: {e}", self.name))?;
         Ok(())
     }
 
@@ -219,4 +213,31 @@ pub struct Sizes {
     pub messages_bytes: i64,
     pub pending_timers: i64,
     pub timer_hot_updates: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_run_database_is_made_with_the_schema_and_dropped_after() {
+        let server = queen_testdb::TestDb::empty().await;
+        let label = format!("db_test_{}", std::process::id());
+        let db = RunDb::create(&server.url(), &label).await.expect("created");
+        let name = db.name.clone();
+        assert_eq!(
+            db.sizes()
+                .await
+                .expect("the schema is there")
+                .pending_timers,
+            0
+        );
+        db.drop_now().await.expect("dropped");
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+            .bind(&name)
+            .fetch_one(&server.pool)
+            .await
+            .expect("pg_database reads");
+        assert_eq!(left, 0, "{name} outlived its run");
+    }
 }
