@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::model::state::{Source, Us};
 use crate::time::ORIGIN_US;
-use crate::world::Outcome;
+use crate::world::RunOutcome;
 
 /// One bucket of the time series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,7 +45,7 @@ pub struct RunNumbers {
 }
 
 /// Summarises a run, bucketing the series by `bucket_s` seconds.
-pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
+pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
     let log = outcome.log.lock().expect("not poisoned");
     let due: BTreeMap<&str, Us> = log
         .scheduled
@@ -140,7 +140,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
 }
 
 /// Probe and claim calls per second of each broker within [from, to) simulated microseconds.
-pub fn probe_claim_rate(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, f64> {
+pub fn probe_claim_rate(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<String, f64> {
     let seconds = (to.saturating_sub(from) as f64 / 1e6).max(1e-6);
     outcome.db.with(|t| {
         let mut rates: BTreeMap<String, f64> = BTreeMap::new();
@@ -159,7 +159,7 @@ pub fn probe_claim_rate(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String,
 }
 
 /// Which broker fired the most timers in [from, to), and how many each fired.
-pub fn fired_by_broker(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, u64> {
+pub fn fired_by_broker(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<String, u64> {
     outcome.db.with(|t| {
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         for s in t
@@ -174,7 +174,7 @@ pub fn fired_by_broker(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, 
 }
 
 /// When the last timer scheduled at or before `until` fired.
-pub fn last_fire_of(outcome: &Outcome, prefix: &str) -> Option<Us> {
+pub fn last_fire_of(outcome: &RunOutcome, prefix: &str) -> Option<Us> {
     outcome.db.with(|t| {
         t.messages
             .iter()
@@ -186,7 +186,7 @@ pub fn last_fire_of(outcome: &Outcome, prefix: &str) -> Option<Us> {
 
 /// Each fired message whose txn starts with `prefix`: (txn, fired at, lateness ms, the broker
 /// that fired it).
-pub fn fires_of(outcome: &Outcome, prefix: &str) -> Vec<(String, Us, f64, String)> {
+pub fn fires_of(outcome: &RunOutcome, prefix: &str) -> Vec<(String, Us, f64, String)> {
     let log = outcome.log.lock().expect("not poisoned");
     let due: BTreeMap<&str, Us> = log
         .scheduled
