@@ -9,6 +9,8 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
+use crate::error::Error;
+
 /// Measurement queries, one per file.
 pub const EXPECTED_TABLE: &str = include_str!("../sql/expected_table.sql");
 pub const LATENESS: &str = include_str!("../sql/lateness.sql");
@@ -25,13 +27,13 @@ pub struct RunDb {
     admin: PgConnectOptions,
 }
 
-fn admin_options(server_url: &str) -> Result<PgConnectOptions, String> {
+fn admin_options(server_url: &str) -> Result<PgConnectOptions, Error> {
     PgConnectOptions::from_str(server_url)
-        .map_err(|e| format!("the database URL is not a PostgreSQL URL: {e}"))
+        .map_err(Error::db("the database URL is not a PostgreSQL URL"))
 }
 
 /// Replaces the database of a URL.
-pub fn url_for(server_url: &str, database: &str) -> Result<String, String> {
+pub fn url_for(server_url: &str, database: &str) -> Result<String, Error> {
     Ok(admin_options(server_url)?
         .database(database)
         .to_url_lossy()
@@ -40,19 +42,21 @@ pub fn url_for(server_url: &str, database: &str) -> Result<String, String> {
 
 impl RunDb {
     /// Creates `soak_<label>` on the server and applies `sql/` to it.
-    pub async fn create(server_url: &str, label: &str) -> Result<RunDb, String> {
+    pub async fn create(server_url: &str, label: &str) -> Result<RunDb, Error> {
         let admin = admin_options(server_url)?;
         let name = format!("soak_{label}");
         let mut connection = admin
             .connect()
             .await
-            .map_err(|e| format!("cannot connect to the server: {e}"))?;
+            .map_err(Error::db("cannot connect to the server"))?;
         queen_testdb::drop_database(&mut connection, &name)
             .await
-            .map_err(|e| format!("cannot drop an old {name}: {e}"))?;
+            .map_err(Error::db(format!("cannot drop an old {name}")))?;
         queen_testdb::create_database(&mut connection, &name, None)
             .await
-            .map_err(|e| format!("cannot create {name} (does the user have CREATEDB?): {e}"))?;
+            .map_err(Error::db(format!(
+                "cannot create {name} (does the user have CREATEDB?)"
+            )))?;
         let _ = connection.close().await;
         let url = url_for(server_url, &name)?;
         let pool = PgPoolOptions::new()
@@ -60,14 +64,14 @@ impl RunDb {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(admin.clone().database(&name))
             .await
-            .map_err(|e| format!("cannot connect to {name}: {e}"))?;
+            .map_err(Error::db(format!("cannot connect to {name}")))?;
         queen_sweeper::apply_schema(&pool)
             .await
-            .map_err(|e| format!("cannot apply the schema: {e}"))?;
+            .map_err(Error::Schema)?;
         sqlx::raw_sql(EXPECTED_TABLE)
             .execute(&pool)
             .await
-            .map_err(|e| format!("cannot create the expectation table: {e}"))?;
+            .map_err(Error::db("cannot create the expectation table"))?;
         Ok(RunDb {
             name,
             url,
@@ -77,27 +81,31 @@ impl RunDb {
     }
 
     /// Drops the run's database.
-    pub async fn drop_now(self) -> Result<(), String> {
+    pub async fn drop_now(self) -> Result<(), Error> {
         self.pool.close().await;
-        let mut connection = self.admin.connect().await.map_err(|e| e.to_string())?;
+        let mut connection = self
+            .admin
+            .connect()
+            .await
+            .map_err(Error::db(format!("cannot reconnect to drop {}", self.name)))?;
         queen_testdb::drop_database(&mut connection, &self.name)
             .await
-            .map_err(|e| format!("cannot drop {}: {e}", self.name))?;
+            .map_err(Error::db(format!("cannot drop {}", self.name)))?;
         Ok(())
     }
 
-    pub async fn wal_lsn(&self) -> Result<i64, String> {
+    pub async fn wal_lsn(&self) -> Result<i64, Error> {
         sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(Error::db("cannot read the WAL position"))
     }
 
-    pub async fn sizes(&self) -> Result<Sizes, String> {
+    pub async fn sizes(&self) -> Result<Sizes, Error> {
         let row: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(SIZES)
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db("cannot read the table sizes"))?;
         Ok(Sizes {
             timers_bytes: row.0,
             timers_index_bytes: row.1,
@@ -115,26 +123,26 @@ impl RunDb {
         &self,
         txns: &[String],
         deliver_at_us: &[i64],
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         for (txn, at) in txns.chunks(10_000).zip(deliver_at_us.chunks(10_000)) {
             sqlx::query("INSERT INTO soak_expected (txn, deliver_at) SELECT t, to_timestamp(d / 1e6) FROM unnest($1::text[], $2::bigint[]) AS u(t, d) ON CONFLICT DO NOTHING")
                 .bind(txn)
                 .bind(at)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| format!("cannot record expectations: {e}"))?;
+                .map_err(Error::db("cannot record expectations"))?;
         }
         Ok(())
     }
 
     /// Lateness of every fired timer (ms) with the second of the run it fired in, and the
     /// number of messages per txn above one (duplicates) and of expected txns never fired.
-    pub async fn lateness(&self, run_start_epoch_s: f64) -> Result<Vec<(f64, f64)>, String> {
+    pub async fn lateness(&self, run_start_epoch_s: f64) -> Result<Vec<(f64, f64)>, Error> {
         sqlx::query_as(LATENESS)
             .bind(run_start_epoch_s)
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(Error::db("cannot read the lateness"))
     }
 
     /// Inserts `count` timers due `due_in_ms` from now (set-based), recording their promises.
@@ -145,7 +153,7 @@ impl RunDb {
         payload_bytes: u32,
         spread: (u32, u32, u32),
         prefix: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         sqlx::query(BACKLOG)
             .bind(i64::from(count))
             .bind(due_in_ms as f64)
@@ -157,7 +165,7 @@ impl RunDb {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot insert the backlog: {e}"))
+            .map_err(Error::db("cannot insert the backlog"))
     }
 
     /// Like [`RunDb::backlog`], but the timers are no promise of the run: they stay out of the
@@ -169,7 +177,7 @@ impl RunDb {
         payload_bytes: u32,
         spread: (u32, u32, u32),
         prefix: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         self.backlog(count, due_in_ms, payload_bytes, spread, prefix)
             .await?;
         sqlx::query("DELETE FROM soak_expected WHERE starts_with(txn, $1 || '-')")
@@ -177,22 +185,24 @@ impl RunDb {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot leave the {prefix} timers out of the expectations: {e}"))
+            .map_err(Error::db(format!(
+                "cannot leave the {prefix} timers out of the expectations"
+            )))
     }
 
     /// Seconds between the first and the last fired message the soak promised (the drain time
     /// of a backlog, measured by the database, not by the sampler's one-second steps).
-    pub async fn fire_span_s(&self) -> Result<f64, String> {
+    pub async fn fire_span_s(&self) -> Result<f64, Error> {
         let span: Option<f64> = sqlx::query_scalar(
             "SELECT extract(epoch FROM max(m.created_at) - min(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::db("cannot read the fire span"))?;
         Ok(span.unwrap_or(0.0))
     }
 
-    pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), String> {
+    pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), Error> {
         sqlx::query_as(
             "SELECT (SELECT count(*) FROM (SELECT txn FROM queen.log_messages GROUP BY txn HAVING count(*) > 1) d),
                     (SELECT count(*) FROM soak_expected e WHERE NOT EXISTS (SELECT 1 FROM queen.log_messages m WHERE m.txn = e.txn)),
@@ -200,7 +210,7 @@ impl RunDb {
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(Error::db("cannot count the delivery faults"))
     }
 }
 

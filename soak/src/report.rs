@@ -8,6 +8,7 @@ use std::path::Path;
 use queen_harness::LineChart;
 
 use crate::bench::Bench;
+use crate::error::Error;
 use crate::experiments::Finding;
 use crate::rig::Rig;
 use crate::run::RunResult;
@@ -17,28 +18,41 @@ pub const EXPERIMENTS: &str = "experiments.json";
 pub const BENCH: &str = "bench.json";
 pub const RIG: &str = "rig.json";
 
-pub fn write_json<T: serde::Serialize>(dir: &Path, file: &str, value: &T) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(dir.join(file), text)
-        .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))
+pub fn write_json<T: serde::Serialize>(dir: &Path, file: &str, value: &T) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let text = serde_json::to_string_pretty(value).expect("reports serialise") + "\n";
+    write_file(&dir.join(file), &text)
+}
+
+/// Writes `text` to `path`, naming the path when it cannot.
+pub fn write_file(path: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|source| Error::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn read_json<T: for<'de> serde::Deserialize<'de>>(
     dir: &Path,
     file: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, Error> {
     match std::fs::read_to_string(dir.join(file)) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| format!("{}: {e}", dir.join(file).display())),
+            .map_err(|source| Error::Json {
+                path: dir.join(file),
+                source,
+            }),
         Err(_) => Ok(None),
     }
 }
 
 /// `fresh` findings, with those of an earlier run in `dir` for the settings `fresh` does not
 /// cover, in the earlier order.
-pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, String> {
+pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, Error> {
     let Some(earlier) = read_json::<Vec<Finding>>(dir, EXPERIMENTS)? else {
         return Ok(fresh);
     };
@@ -82,23 +96,26 @@ pub fn headline(result: &RunResult) -> String {
 }
 
 /// [`rebuild`] for a directory a person named: it must exist and hold a run's JSON.
-pub fn rebuild_existing(dir: &Path) -> Result<(), String> {
+pub fn rebuild_existing(dir: &Path) -> Result<(), Error> {
     if !dir.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(Error::Nothing(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     let inputs = [RIG, CANONICAL, EXPERIMENTS, BENCH];
     if !inputs.iter().any(|f| dir.join(f).exists()) {
-        return Err(format!(
+        return Err(Error::Nothing(format!(
             "{} holds none of {}: nothing to report",
             dir.display(),
             inputs.join(", ")
-        ));
+        )));
     }
     rebuild(dir)
 }
 
 /// Rebuilds `report.md` and the plots from the JSON in `dir`.
-pub fn rebuild(dir: &Path) -> Result<(), String> {
+pub fn rebuild(dir: &Path) -> Result<(), Error> {
     let rig: Option<Rig> = read_json(dir, RIG)?;
     let canonical: Option<Vec<RunResult>> = read_json(dir, CANONICAL)?;
     let findings: Option<Vec<Finding>> = read_json(dir, EXPERIMENTS)?;
@@ -131,7 +148,7 @@ pub fn rebuild(dir: &Path) -> Result<(), String> {
             let _ = writeln!(page, "- [`{file}`]({file})");
         }
     }
-    std::fs::write(dir.join("report.md"), page).map_err(|e| e.to_string())
+    write_file(&dir.join("report.md"), &page)
 }
 
 fn findings_table(page: &mut String, findings: &[Finding]) {
@@ -270,7 +287,7 @@ fn bench_table(page: &mut String, bench: &Bench) {
 /// A chart: file suffix, title, and the value it plots per second.
 type Chart = (&'static str, &'static str, fn(&crate::run::Sample) -> f64);
 
-fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Result<(), String> {
+fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Result<(), Error> {
     let _ = writeln!(page, "## Canonical workload\n");
     let _ = writeln!(
         page,
@@ -322,9 +339,7 @@ fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Resul
             })
             .collect();
         let file = format!("canonical-{name}.svg");
-        chart(title)
-            .write_svg(&dir.join(&file), &lines)
-            .map_err(|e| e.to_string())?;
+        chart(title).write_svg(&dir.join(&file), &lines)?;
         let _ = writeln!(page, "![{title}]({file})\n");
     }
     Ok(())
@@ -339,7 +354,7 @@ fn chart(title: &str) -> LineChart<'_> {
     }
 }
 
-fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), String> {
+fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), Error> {
     let _ = writeln!(page, "## Experiments over time\n");
     for f in findings
         .iter()
@@ -368,9 +383,7 @@ fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Resu
             "experiment-{}.svg",
             f.setting.to_lowercase().replace(' ', "-")
         );
-        chart(&f.setting)
-            .write_svg(&dir.join(&file), &lines)
-            .map_err(|e| e.to_string())?;
+        chart(&f.setting).write_svg(&dir.join(&file), &lines)?;
         let _ = writeln!(
             page,
             "### `{}`\n\n{}\n\n![{}]({file})\n",
@@ -451,10 +464,10 @@ mod tests {
     #[test]
     fn a_report_of_a_missing_or_empty_directory_is_an_error() {
         let dir = std::env::temp_dir().join(format!("soak-report-test-{}", std::process::id()));
-        let missing = rebuild_existing(&dir).unwrap_err();
+        let missing = rebuild_existing(&dir).unwrap_err().to_string();
         assert!(missing.contains("is not a directory"), "{missing}");
         std::fs::create_dir_all(&dir).unwrap();
-        let empty = rebuild_existing(&dir).unwrap_err();
+        let empty = rebuild_existing(&dir).unwrap_err().to_string();
         assert!(empty.contains("nothing to report"), "{empty}");
         assert!(!dir.join("report.md").exists());
         std::fs::remove_dir_all(&dir).unwrap();
