@@ -4,37 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use queen_harness::Spread;
+use queen_harness::spread::{round1, serialize_short};
 use serde::Serialize;
 
 use crate::model::state::{Source, Us};
 use crate::time::ORIGIN_US;
-use crate::world::Outcome;
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
-pub struct Spread {
-    pub p50: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(mut values: Vec<f64>) -> Spread {
-        if values.is_empty() {
-            return Spread::default();
-        }
-        values.sort_by(f64::total_cmp);
-        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
-        Spread {
-            p50: round1(at(0.5)),
-            p99: round1(at(0.99)),
-            max: round1(*values.last().expect("non-empty")),
-        }
-    }
-}
-
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
+use crate::world::RunOutcome;
 
 /// One bucket of the time series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +18,7 @@ pub struct Bucket {
     pub start_s: f64,
     pub fired: u64,
     pub stale_segments: u64,
+    #[serde(serialize_with = "serialize_short")]
     pub lateness_ms: Spread,
     pub probe_claim_per_s: f64,
 }
@@ -56,7 +33,9 @@ pub struct RunNumbers {
     pub fired_segments: u64,
     pub stale_segments: u64,
     pub stale_timers: u64,
+    #[serde(serialize_with = "serialize_short")]
     pub lateness_ms: Spread,
+    #[serde(serialize_with = "serialize_short")]
     pub push_latency_ms: Spread,
     pub pushes: u64,
     pub wal_mib: f64,
@@ -66,7 +45,7 @@ pub struct RunNumbers {
 }
 
 /// Summarises a run, bucketing the series by `bucket_s` seconds.
-pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
+pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
     let log = outcome.log.lock().expect("not poisoned");
     let due: BTreeMap<&str, Us> = log
         .scheduled
@@ -117,7 +96,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
             late_by_bucket[i].push(*ms);
         }
         for (i, values) in late_by_bucket.into_iter().enumerate() {
-            series[i].lateness_ms = Spread::of(values);
+            series[i].lateness_ms = Spread::of_values(values);
         }
         for segment in t.segments.iter().filter(|s| !s.fired) {
             series[((segment.at - ORIGIN_US) / bucket_us) as usize].stale_segments += 1;
@@ -144,8 +123,8 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
                 .filter(|s| !s.fired)
                 .map(|s| u64::from(s.timers))
                 .sum(),
-            lateness_ms: Spread::of(late.iter().map(|(_, ms)| *ms).collect()),
-            push_latency_ms: Spread::of(
+            lateness_ms: Spread::of_values(late.iter().map(|(_, ms)| *ms).collect()),
+            push_latency_ms: Spread::of_values(
                 log.push_latency_us
                     .iter()
                     .map(|us| *us as f64 / 1000.0)
@@ -161,7 +140,7 @@ pub fn numbers(label: &str, outcome: &Outcome, bucket_s: u64) -> RunNumbers {
 }
 
 /// Probe and claim calls per second of each broker within [from, to) simulated microseconds.
-pub fn probe_claim_rate(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, f64> {
+pub fn probe_claim_rate(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<String, f64> {
     let seconds = (to.saturating_sub(from) as f64 / 1e6).max(1e-6);
     outcome.db.with(|t| {
         let mut rates: BTreeMap<String, f64> = BTreeMap::new();
@@ -180,7 +159,7 @@ pub fn probe_claim_rate(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String,
 }
 
 /// Which broker fired the most timers in [from, to), and how many each fired.
-pub fn fired_by_broker(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, u64> {
+pub fn fired_by_broker(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<String, u64> {
     outcome.db.with(|t| {
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         for s in t
@@ -195,7 +174,7 @@ pub fn fired_by_broker(outcome: &Outcome, from: Us, to: Us) -> BTreeMap<String, 
 }
 
 /// When the last timer scheduled at or before `until` fired.
-pub fn last_fire_of(outcome: &Outcome, prefix: &str) -> Option<Us> {
+pub fn last_fire_of(outcome: &RunOutcome, prefix: &str) -> Option<Us> {
     outcome.db.with(|t| {
         t.messages
             .iter()
@@ -207,7 +186,7 @@ pub fn last_fire_of(outcome: &Outcome, prefix: &str) -> Option<Us> {
 
 /// Each fired message whose txn starts with `prefix`: (txn, fired at, lateness ms, the broker
 /// that fired it).
-pub fn fires_of(outcome: &Outcome, prefix: &str) -> Vec<(String, Us, f64, String)> {
+pub fn fires_of(outcome: &RunOutcome, prefix: &str) -> Vec<(String, Us, f64, String)> {
     let log = outcome.log.lock().expect("not poisoned");
     let due: BTreeMap<&str, Us> = log
         .scheduled

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::state::{Source, Us};
-use crate::world::Outcome;
+use crate::world::RunOutcome;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
@@ -26,12 +26,12 @@ pub struct Check {
 /// How long after its visibility a timer may still be waiting at the end of the run without
 /// failing "nothing is left due": one sleep ceiling plus one lease (a broker that died holding
 /// it) plus a margin for the fire itself.
-fn settle_us(outcome: &Outcome) -> Us {
-    let config = outcome.world.config();
+fn settle_us(outcome: &RunOutcome) -> Us {
+    let config = outcome.spec.config();
     (config.sleep_ms_max + config.lease_ms + 5_000) * 1000
 }
 
-pub fn check(outcome: &Outcome) -> Vec<Check> {
+pub fn check(outcome: &RunOutcome) -> Vec<Check> {
     let log = outcome.log.lock().expect("not poisoned");
     outcome.db.with(|t| {
         let mut fired: BTreeMap<&str, Vec<Us>> = BTreeMap::new();
@@ -187,10 +187,10 @@ mod tests {
     use crate::model::server::{Costs, Db};
     use crate::model::state::{KvKey, Pruned};
     use crate::time::ORIGIN_US;
-    use crate::world::{LoadLog, Scheduled, World};
+    use crate::world::{LoadLog, RunSpec, Scheduled};
 
     /// A finished run with one timer due at +1 s, fired as `fires` says.
-    fn outcome(fires: &[Us]) -> Outcome {
+    fn outcome(fires: &[Us]) -> RunOutcome {
         let db = Db::new(Costs::default());
         let destination = Destination {
             tenant: "t".into(),
@@ -217,8 +217,8 @@ mod tests {
             }],
             ..LoadLog::default()
         };
-        Outcome {
-            world: World::new(1),
+        RunOutcome {
+            spec: RunSpec::new(1),
             db,
             log: Arc::new(Mutex::new(log)),
             end_us: ORIGIN_US + 120_000_000,
@@ -227,7 +227,7 @@ mod tests {
         }
     }
 
-    fn failed(outcome: &Outcome) -> Vec<&'static str> {
+    fn failed(outcome: &RunOutcome) -> Vec<&'static str> {
         check(outcome)
             .into_iter()
             .filter(|c| !c.passed)

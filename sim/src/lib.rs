@@ -1,7 +1,8 @@
 //! `queen-sim`: a deterministic simulation of N Queen brokers' sweepers against a model of
 //! PostgreSQL, on turmoil.
 //!
-//! Where to start reading: [`scenarios`] names the runs; [`world`] builds and runs one.
+//! Where to start reading: [`scenarios`] names the runs; [`world`] builds and runs one from its
+//! [`world::RunSpec`].
 //!
 //! | module | owns |
 //! |---|---|
@@ -12,13 +13,15 @@
 //! | [`wire`] | requests and responses between brokers, load hosts and `db` |
 //! | [`checkers`] | the invariants, checked outside the model |
 //! | [`analysis`] | numbers from a run: lateness, stale segments, queries, over time |
-//! | [`scenarios`] | `livelock`, `spin`, `crash`, `wake`, `burst`, `fairness`, `partition`, `swarm` |
+//! | [`scenarios`] | [`scenarios::Scenario`]: `livelock`, `spin`, `crash`, `wake`, `burst`, `fairness`, `partition`, `swarm` |
 //! | [`report`] | the summary table, the JSON report, the plots |
+//! | [`error`] | [`Error`]: writing the results failed, with the cause |
 //! | [`rng`], [`time`] | the seeded generator and simulated time |
 
 pub mod analysis;
 pub mod checkers;
 pub mod client;
+pub mod error;
 pub mod model;
 pub mod naive;
 pub mod report;
@@ -27,3 +30,5 @@ pub mod scenarios;
 pub mod time;
 pub mod wire;
 pub mod world;
+
+pub use error::Error;

@@ -12,8 +12,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use queen_sim::error::{self, Error};
 use queen_sim::report;
-use queen_sim::scenarios::{self, Options, ScenarioReport};
+use queen_sim::scenarios::{self, Options, Scenario, ScenarioReport};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,8 +23,8 @@ use queen_sim::scenarios::{self, Options, ScenarioReport};
 )]
 struct Cli {
     /// One scenario by name (see --list).
-    #[arg(long, conflicts_with_all = ["swarm", "all"])]
-    scenario: Option<String>,
+    #[arg(long, value_enum, conflicts_with_all = ["swarm", "all"])]
+    scenario: Option<Scenario>,
     /// The seed of a single run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -72,80 +73,88 @@ fn parse_seeds(text: &str) -> Result<std::ops::Range<u64>, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.list {
-        println!("{}", scenarios::NAMES.join("\n"));
+        for scenario in Scenario::all() {
+            println!("{scenario}");
+        }
         return ExitCode::SUCCESS;
     }
+    let Some(plan) = plan(&cli) else {
+        eprintln!(
+            "sim: say what to run: --scenario NAME, --swarm --seeds A..B, or --all --seeds A..B (--list names them)"
+        );
+        return ExitCode::from(2);
+    };
+    match run(&cli, &plan) {
+        Ok(failed) if failed.is_empty() => {
+            println!("{} run(s), all passed", plan.len());
+            ExitCode::SUCCESS
+        }
+        Ok(failed) => {
+            println!(
+                "{} of {} run(s) FAILED; reproduce with:",
+                failed.len(),
+                plan.len()
+            );
+            for command in failed {
+                println!("  {command}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("sim: {}", error::chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The (scenario, seed) runs the command line asks for, or `None` when it asks for none.
+fn plan(cli: &Cli) -> Option<Vec<(Scenario, u64)>> {
+    match (cli.scenario, cli.swarm, cli.all) {
+        (Some(scenario), _, _) => Some(vec![(scenario, cli.seed)]),
+        (None, true, _) => Some(seeds(cli).map(|s| (Scenario::Swarm, s)).collect()),
+        (None, false, true) => Some(
+            Scenario::all()
+                .iter()
+                .flat_map(|scenario| seeds(cli).map(move |s| (*scenario, s)))
+                .collect(),
+        ),
+        (None, false, false) => None,
+    }
+}
+
+/// Runs the plan, printing each run's table and writing what was asked; returns the reproduce
+/// commands of the runs that failed.
+fn run(cli: &Cli, plan: &[(Scenario, u64)]) -> Result<Vec<String>, Error> {
     let options = Options {
         duration_s: cli.duration_s,
     };
-    let plan: Vec<(String, u64)> = match (&cli.scenario, cli.swarm, cli.all) {
-        (Some(name), _, _) => vec![(name.clone(), cli.seed)],
-        (None, true, _) => seeds(&cli).map(|s| ("swarm".to_owned(), s)).collect(),
-        (None, false, true) => scenarios::NAMES
-            .iter()
-            .flat_map(|n| seeds(&cli).map(move |s| ((*n).to_owned(), s)))
-            .collect(),
-        (None, false, false) => {
-            eprintln!(
-                "sim: say what to run: --scenario NAME, --swarm --seeds A..B, or --all --seeds A..B (--list names them)"
-            );
-            return ExitCode::from(2);
-        }
-    };
     let mut reports: Vec<ScenarioReport> = Vec::with_capacity(plan.len());
-    let mut failed = Vec::new();
-    for (i, (name, seed)) in plan.iter().enumerate() {
-        println!("[{}/{}] seed {seed} scenario {name}", i + 1, plan.len());
-        match scenarios::run(name, *seed, options) {
-            Ok(report) => {
-                print!("{}", report::table(&report));
-                if let Some(dir) = &cli.report_dir {
-                    match report::write_dir(dir, &report, scenarios::explanation(name)) {
-                        Ok(files) => println!("  wrote {} files to {}", files.len(), dir.display()),
-                        Err(e) => {
-                            eprintln!("sim: cannot write the report to {}: {e}", dir.display());
-                            return ExitCode::FAILURE;
-                        }
-                    }
-                }
-                if !report.passed {
-                    failed.push(report.reproduce.clone());
-                }
-                reports.push(report);
-            }
-            Err(message) => {
-                eprintln!("sim: {message}");
-                return ExitCode::from(2);
-            }
+    for (i, (scenario, seed)) in plan.iter().enumerate() {
+        println!("[{}/{}] seed {seed} scenario {scenario}", i + 1, plan.len());
+        let report = scenarios::run(*scenario, *seed, options);
+        print!("{}", report::table(&report));
+        if let Some(dir) = &cli.report_dir {
+            let files = report::write_dir(dir, &report)?;
+            println!("  wrote {} files to {}", files.len(), dir.display());
         }
+        reports.push(report);
     }
     if let Some(path) = &cli.json {
         let text = report::json(&reports);
-        let written = if path == "-" {
+        if path == "-" {
             use std::io::Write as _;
-            std::io::stdout().write_all(text.as_bytes())
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(Error::Stdout)?;
         } else {
-            std::fs::write(path, text)
-        };
-        if let Err(e) = written {
-            eprintln!("sim: cannot write {path}: {e}");
-            return ExitCode::FAILURE;
+            report::write_file(std::path::Path::new(path), &text)?;
         }
     }
-    if failed.is_empty() {
-        println!("{} run(s), all passed", reports.len());
-        ExitCode::SUCCESS
-    } else {
-        println!(
-            "{} of {} run(s) FAILED; reproduce with:",
-            failed.len(),
-            reports.len()
-        );
-        for command in failed {
-            println!("  {command}");
-        }
-        ExitCode::FAILURE
-    }
+    Ok(reports
+        .into_iter()
+        .filter(|r| !r.passed)
+        .map(|r| r.reproduce)
+        .collect())
 }
 
 fn seeds(cli: &Cli) -> std::ops::Range<u64> {

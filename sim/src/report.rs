@@ -3,6 +3,11 @@
 //! the same seed writes the same bytes.
 
 use std::fmt::Write as _;
+use std::path::Path;
+
+use queen_harness::{Line, LineChart};
+
+use crate::error::Error;
 
 use crate::scenarios::ScenarioReport;
 
@@ -86,66 +91,6 @@ pub fn json(reports: &[ScenarioReport]) -> String {
     serde_json::to_string_pretty(reports).expect("reports serialise") + "\n"
 }
 
-/// A line chart as SVG: one line per (name, points), x in simulated seconds.
-pub fn line_chart(
-    path: &std::path::Path,
-    title: &str,
-    y_label: &str,
-    lines: &[(String, Vec<(f64, f64)>)],
-) -> Result<(), String> {
-    use plotters::prelude::*;
-    let x_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
-        .fold(1.0, f64::max);
-    let y_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("simulated seconds")
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let palette = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
-    ];
-    for (i, (name, points)) in lines.iter().enumerate() {
-        let color = palette[i % palette.len()];
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
-}
-
 /// A chart of a report page: file suffix, title, unit, and the value it plots per bucket.
 type Chart = (
     &'static str,
@@ -154,84 +99,73 @@ type Chart = (
     fn(&crate::analysis::Bucket) -> f64,
 );
 
-/// Writes a scenario's report directory: JSON, plots over time, and a markdown page.
-pub fn write_dir(
-    dir: &std::path::Path,
-    report: &ScenarioReport,
-    explanation: &str,
-) -> Result<Vec<String>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+const CHARTS: [Chart; 4] = [
+    ("lateness", "fire lateness p99 per bucket", "ms", |b| {
+        b.lateness_ms.p99
+    }),
+    ("stale", "stale segments per bucket", "segments", |b| {
+        b.stale_segments as f64
+    }),
+    ("fired", "timers fired per bucket", "timers", |b| {
+        b.fired as f64
+    }),
+    (
+        "queries",
+        "probe + claim calls per second",
+        "calls/s",
+        |b| b.probe_claim_per_s,
+    ),
+];
+
+/// Writes a scenario's report directory: JSON, plots over time, and a markdown page; returns
+/// the files' names.
+pub fn write_dir(dir: &Path, report: &ScenarioReport) -> Result<Vec<String>, Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })?;
     let stem = format!("{}-seed{}", report.scenario, report.seed);
     let mut files = vec![format!("{stem}.json")];
-    std::fs::write(dir.join(&files[0]), json(std::slice::from_ref(report)))
-        .map_err(|e| e.to_string())?;
-    let series = |f: fn(&crate::analysis::Bucket) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
-        report
+    write_file(&dir.join(&files[0]), &json(std::slice::from_ref(report)))?;
+    for (name, title, unit, metric) in CHARTS {
+        let file = format!("{stem}-{name}.svg");
+        let lines: Vec<Line> = report
             .runs
             .iter()
             .map(|r| {
-                (
-                    r.label.clone(),
-                    r.numbers.series.iter().map(|b| (b.start_s, f(b))).collect(),
-                )
+                let points = r.numbers.series.iter().map(|b| (b.start_s, metric(b)));
+                (r.label.clone(), points.collect())
             })
-            .collect()
-    };
-    let charts: [Chart; 4] = [
-        ("lateness", "fire lateness p99 per bucket", "ms", |b| {
-            b.lateness_ms.p99
-        }),
-        ("stale", "stale segments per bucket", "segments", |b| {
-            b.stale_segments as f64
-        }),
-        ("fired", "timers fired per bucket", "timers", |b| {
-            b.fired as f64
-        }),
-        (
-            "queries",
-            "probe + claim calls per second",
-            "calls/s",
-            |b| b.probe_claim_per_s,
-        ),
-    ];
-    for (name, title, unit, metric) in charts {
-        let file = format!("{stem}-{name}.svg");
-        line_chart(
-            &dir.join(&file),
-            &format!("{}: {title}", report.scenario),
-            unit,
-            &series(metric),
-        )?;
+            .collect();
+        LineChart {
+            title: &format!("{}: {title}", report.scenario),
+            x_label: "simulated seconds",
+            y_label: unit,
+        }
+        .write_svg(&dir.join(&file), &lines)?;
         files.push(file);
     }
+    let md = format!("{stem}.md");
+    write_file(&dir.join(&md), &page(report, &stem))?;
+    files.push(md);
+    Ok(files)
+}
+
+/// Writes `text` to `path`, naming the path when it cannot.
+pub fn write_file(path: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|source| Error::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The markdown page of a scenario: what it shows, the table, findings, expectations, plots.
+fn page(report: &ScenarioReport, stem: &str) -> String {
     let mut page = String::new();
     let _ = writeln!(page, "# `{}`, seed {}\n", report.scenario, report.seed);
-    let _ = writeln!(page, "{explanation}\n");
+    let _ = writeln!(page, "{}\n", report.scenario.explanation());
     let _ = writeln!(page, "Reproduce: `{}`\n", report.reproduce);
-    let _ = writeln!(
-        page,
-        "| run | scheduled | fired | stale segments | stale timers | lateness p50 ms | p99 ms | max ms | probe+claim/s |"
-    );
-    let _ = writeln!(page, "|---|---|---|---|---|---|---|---|---|");
-    for run in &report.runs {
-        let n = &run.numbers;
-        let calls = (n.queries.get("probe").copied().unwrap_or(0)
-            + n.queries.get("claim").copied().unwrap_or(0)) as f64
-            / n.simulated_s.max(1e-9);
-        let _ = writeln!(
-            page,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
-            run.label,
-            n.scheduled,
-            n.fired,
-            n.stale_segments,
-            n.stale_timers,
-            n.lateness_ms.p50,
-            n.lateness_ms.p99,
-            n.lateness_ms.max,
-            calls
-        );
-    }
+    page_table(&mut page, report);
     let _ = writeln!(page, "\nFindings:\n");
     for (key, value) in &report.findings {
         let _ = writeln!(page, "- `{key}`: `{value}`");
@@ -268,8 +202,32 @@ pub fn write_dir(
         let _ = writeln!(page, "![{title}]({stem}-{name}.svg)\n");
     }
     let _ = writeln!(page, "Raw data: [`{stem}.json`]({stem}.json).");
-    let md = format!("{stem}.md");
-    std::fs::write(dir.join(&md), page).map_err(|e| e.to_string())?;
-    files.push(md);
-    Ok(files)
+    page
+}
+
+fn page_table(page: &mut String, report: &ScenarioReport) {
+    let _ = writeln!(
+        page,
+        "| run | scheduled | fired | stale segments | stale timers | lateness p50 ms | p99 ms | max ms | probe+claim/s |"
+    );
+    let _ = writeln!(page, "|---|---|---|---|---|---|---|---|---|");
+    for run in &report.runs {
+        let n = &run.numbers;
+        let calls = (n.queries.get("probe").copied().unwrap_or(0)
+            + n.queries.get("claim").copied().unwrap_or(0)) as f64
+            / n.simulated_s.max(1e-9);
+        let _ = writeln!(
+            page,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            run.label,
+            n.scheduled,
+            n.fired,
+            n.stale_segments,
+            n.stale_timers,
+            n.lateness_ms.p50,
+            n.lateness_ms.p99,
+            n.lateness_ms.max,
+            calls
+        );
+    }
 }

@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use queen_harness::spread::round1;
+use queen_harness::{Knobs, Spread};
+use queen_sweeper::knob;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -10,38 +13,70 @@ use crate::analysis::{self, RunNumbers};
 use crate::checkers::{self, Check};
 use crate::model::server::Costs;
 use crate::rng::Rng;
-use crate::world::{self, Burst, Fault, FaultKind, KvLoad, PushLoad, TimerLoad, World};
+use crate::world::{self, Burst, Fault, FaultKind, KvLoad, PushLoad, RunSpec, TimerLoad};
 
-pub const NAMES: &[&str] = &[
-    "livelock",
-    "spin",
-    "crash",
-    "wake",
-    "burst",
-    "fairness",
-    "partition",
-    "swarm",
-];
+/// The scenarios. Their names on the command line, in `--list`, in the JSON and in the
+/// reproduce command all come from this enum (clap's kebab-case of the variant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Livelock,
+    Spin,
+    Crash,
+    Wake,
+    Burst,
+    Fairness,
+    Partition,
+    Swarm,
+}
 
-/// What a scenario shows, for the report pages.
-pub fn explanation(name: &str) -> &'static str {
-    match name {
-        "livelock" => LIVELOCK,
-        "spin" => SPIN,
-        "crash" => {
-            "Three brokers under a steady load; brokers crash (between claim and fire, or mid-fire) and restart. Their claims fire through the others after the lease, exactly once."
+impl Scenario {
+    /// The scenario's name, as the command line takes it.
+    pub fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value()
+            .expect("no scenario is hidden from the command line")
+            .get_name()
+            .to_owned()
+    }
+
+    /// Every scenario, in `--list` order.
+    pub fn all() -> &'static [Scenario] {
+        use clap::ValueEnum as _;
+        Scenario::value_variants()
+    }
+
+    /// What a scenario shows, for the report pages.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            Scenario::Livelock => LIVELOCK,
+            Scenario::Spin => SPIN,
+            Scenario::Crash => {
+                "Three brokers under a steady load; brokers crash (between claim and fire, or mid-fire) and restart. Their claims fire through the others after the lease, exactly once."
+            }
+            Scenario::Wake => {
+                "A timer scheduled on an idle broker fires on its local wake; one scheduled on a broker that dies right after fires through another broker within the sleep ceiling."
+            }
+            Scenario::Burst => "A burst of 50 000 timers due at once on three brokers.",
+            Scenario::Fairness => {
+                "One tenant with 100 000 due timers and another with one timer due just after them."
+            }
+            Scenario::Partition => {
+                "Brokers cut from the database mid-fire (the ambiguous commit) and healed. Exactly once holds."
+            }
+            Scenario::Swarm => "Broker count, loads, latencies and faults drawn from the seed.",
         }
-        "wake" => {
-            "A timer scheduled on an idle broker fires on its local wake; one scheduled on a broker that dies right after fires through another broker within the sleep ceiling."
-        }
-        "burst" => "A burst of 50 000 timers due at once on three brokers.",
-        "fairness" => {
-            "One tenant with 100 000 due timers and another with one timer due just after them."
-        }
-        "partition" => {
-            "Brokers cut from the database mid-fire (the ambiguous commit) and healed. Exactly once holds."
-        }
-        _ => "Broker count, loads, latencies and faults drawn from the seed.",
+    }
+}
+
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl Serialize for Scenario {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -56,7 +91,9 @@ pub struct RunReport {
     /// Whether the invariant checks gate this run. A reproduction of a naive form is expected to
     /// break liveness; its safety checks still gate.
     pub form: &'static str,
-    pub world: World,
+    /// Named `world` in the JSON, as it was before the type was called a run spec.
+    #[serde(rename = "world")]
+    pub spec: RunSpec,
     pub numbers: RunNumbers,
     pub checks: Vec<Check>,
     #[serde(skip)]
@@ -65,7 +102,7 @@ pub struct RunReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioReport {
-    pub scenario: String,
+    pub scenario: Scenario,
     pub seed: u64,
     pub reproduce: String,
     pub runs: Vec<RunReport>,
@@ -92,22 +129,16 @@ pub struct Options {
     pub duration_s: Option<u64>,
 }
 
-pub fn run(name: &str, seed: u64, options: Options) -> Result<ScenarioReport, String> {
-    let (runs, findings, expectations) = match name {
-        "livelock" => livelock(seed, options),
-        "spin" => spin(seed, options),
-        "crash" => single(&crash(seed, options)),
-        "wake" => wake(seed),
-        "burst" => burst(seed, options),
-        "fairness" => fairness(seed, options),
-        "partition" => single(&partition(seed, options)),
-        "swarm" => single(&swarm(seed, options)),
-        other => {
-            return Err(format!(
-                "unknown scenario {other:?}; known: {}",
-                NAMES.join(", ")
-            ));
-        }
+pub fn run(scenario: Scenario, seed: u64, options: Options) -> ScenarioReport {
+    let (runs, findings, expectations) = match scenario {
+        Scenario::Livelock => livelock(seed, options),
+        Scenario::Spin => spin(seed, options),
+        Scenario::Crash => single(&crash(seed, options)),
+        Scenario::Wake => wake(seed),
+        Scenario::Burst => burst(seed, options),
+        Scenario::Fairness => fairness(seed, options),
+        Scenario::Partition => single(&partition(seed, options)),
+        Scenario::Swarm => single(&swarm(seed, options)),
     };
     let gated = runs.iter().all(|run| {
         run.checks
@@ -120,44 +151,44 @@ pub fn run(name: &str, seed: u64, options: Options) -> Result<ScenarioReport, St
         .duration_s
         .map(|s| format!(" --duration-s {s}"))
         .unwrap_or_default();
-    Ok(ScenarioReport {
-        scenario: name.to_owned(),
+    ScenarioReport {
+        scenario,
         seed,
         reproduce: format!(
-            "cargo run --release -p queen-sim --bin sim -- --scenario {name} --seed {seed}{duration}"
+            "cargo run --release -p queen-sim --bin sim -- --scenario {scenario} --seed {seed}{duration}"
         ),
         runs,
         findings,
         expectations,
         passed,
-    })
+    }
 }
 
 type Parts = (Vec<RunReport>, BTreeMap<String, Value>, Vec<Check>);
 
-fn single(world: &World) -> Parts {
+fn single(spec: &RunSpec) -> Parts {
     (
-        vec![execute("shipped", "shipped", world, 10)],
+        vec![execute("shipped", "shipped", spec, 10)],
         BTreeMap::new(),
         Vec::new(),
     )
 }
 
-pub fn execute(label: &str, form: &'static str, world: &World, bucket_s: u64) -> RunReport {
-    report_of(label, form, world, &world::run(world), bucket_s)
+pub fn execute(label: &str, form: &'static str, spec: &RunSpec, bucket_s: u64) -> RunReport {
+    report_of(label, form, spec, &world::run(spec), bucket_s)
 }
 
 fn report_of(
     label: &str,
     form: &'static str,
-    world: &World,
-    outcome: &world::Outcome,
+    spec: &RunSpec,
+    outcome: &world::RunOutcome,
     bucket_s: u64,
 ) -> RunReport {
     RunReport {
         label: label.to_owned(),
         form,
-        world: world.clone(),
+        spec: spec.clone(),
         numbers: analysis::numbers(label, outcome, bucket_s),
         checks: checkers::check(outcome),
         wall_s: outcome.wall.as_secs_f64(),
@@ -172,13 +203,6 @@ fn expect(name: &'static str, passed: bool, detail: String) -> Check {
     }
 }
 
-fn knobs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
 /// The livelock: five brokers, a backlog of 12 000 timers with 8 KiB payloads under a push
 /// load, the naive drain (claim the whole pass, then fire) against the shipped one (claim and
 /// fire in the same iteration, stop at half the lease), same seed and load. The backlog is less
@@ -187,17 +211,13 @@ fn knobs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 fn livelock(seed: u64, options: Options) -> Parts {
     let lease_ms = 2_000u64;
     let base = |lease: u64, naive: bool| {
-        let mut w = World::new(seed);
+        let mut w = RunSpec::new(seed);
         w.brokers = 5;
         w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
         w.liveness_ms = 60_000;
-        w.knobs = knobs(&[
-            ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
-            (
-                "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
-                &(lease / 2).min(5_000).to_string(),
-            ),
-        ]);
+        w.knobs = Knobs::new()
+            .with(knob::LEASE_MS, lease)
+            .with(knob::STATEMENT_TIMEOUT_MS, (lease / 2).min(5_000));
         w.naive_drain = naive;
         w.costs = Costs {
             wal_bytes_per_s: 16 * 1024 * 1024,
@@ -252,19 +272,19 @@ fn livelock(seed: u64, options: Options) -> Parts {
     let mut findings = BTreeMap::new();
     let row = |r: &RunReport| {
         json!({"staleSegments": r.numbers.stale_segments, "staleTimers": r.numbers.stale_timers,
-               "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms})
+               "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms.short()})
     };
     findings.insert("shipped".into(), row(&shipped));
     findings.insert("naive".into(), row(&naive));
     let by_lease: Vec<Value> = std::iter::once(&naive)
         .chain(sweep.iter())
-        .map(|r| json!({"leaseMs": lease_of(&r.world), "staleSegments": r.numbers.stale_segments, "latenessP99Ms": r.numbers.lateness_ms.p99}))
+        .map(|r| json!({"leaseMs": lease_of(&r.spec), "staleSegments": r.numbers.stale_segments, "latenessP99Ms": r.numbers.lateness_ms.p99}))
         .collect();
     findings.insert("naiveByLease".into(), Value::Array(by_lease));
     let disappears = std::iter::once(&naive)
         .chain(sweep.iter())
         .find(|r| r.numbers.stale_segments == 0)
-        .map(|r| lease_of(&r.world));
+        .map(|r| lease_of(&r.spec));
     findings.insert("naiveSymptomGoneAtLeaseMs".into(), json!(disappears));
     let expectations = vec![
         expect(
@@ -297,8 +317,8 @@ fn livelock(seed: u64, options: Options) -> Parts {
     (runs, findings, expectations)
 }
 
-fn lease_of(world: &World) -> u64 {
-    world.config().lease_ms
+fn lease_of(spec: &RunSpec) -> u64 {
+    spec.config().lease_ms
 }
 
 /// The spin: five brokers share an 8 MiB/s WAL with producers pushing 100-message batches, so
@@ -311,7 +331,7 @@ fn lease_of(world: &World) -> u64 {
 fn spin(seed: u64, options: Options) -> Parts {
     let seconds = options.duration_s.unwrap_or(30);
     let make = |floor: bool| {
-        let mut w = World::new(seed);
+        let mut w = RunSpec::new(seed);
         w.brokers = 5;
         w.safety_ms = seconds * 1_000 + 5_000;
         w.liveness_ms = 10_000;
@@ -364,17 +384,13 @@ fn spin(seed: u64, options: Options) -> Parts {
     (vec![band, floor], findings, expectations)
 }
 
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
-}
-
 /// Runs a spin world and measures each broker's probe+claim rate while its bursts drained (from
 /// the instant each burst became due to its last fire).
-fn run_spin(label: &str, form: &'static str, world: &World) -> (RunReport, BTreeMap<String, f64>) {
-    let outcome = world::run(world);
+fn run_spin(label: &str, form: &'static str, spec: &RunSpec) -> (RunReport, BTreeMap<String, f64>) {
+    let outcome = world::run(spec);
     let mut calls: BTreeMap<String, f64> = BTreeMap::new();
     let mut window_s = 0.0;
-    for (n, burst) in world.bursts.iter().enumerate() {
+    for (n, burst) in spec.bursts.iter().enumerate() {
         let from = crate::time::ORIGIN_US + (burst.at_ms + burst.delay_ms) * 1000;
         let Some(to) = analysis::last_fire_of(&outcome, &format!("b{n}-")) else {
             continue;
@@ -392,10 +408,10 @@ fn run_spin(label: &str, form: &'static str, world: &World) -> (RunReport, BTree
         .into_iter()
         .map(|(b, n)| (b, round1(n / f64::max(window_s, 1e-6))))
         .collect();
-    (report_of(label, form, world, &outcome, 1), rates)
+    (report_of(label, form, spec, &outcome, 1), rates)
 }
 
-fn crash(seed: u64, options: Options) -> World {
+fn crash(seed: u64, options: Options) -> RunSpec {
     let mut w = steady(seed, options, 3);
     w.faults = vec![
         Fault {
@@ -422,7 +438,7 @@ fn crash(seed: u64, options: Options) -> World {
     w
 }
 
-fn partition(seed: u64, options: Options) -> World {
+fn partition(seed: u64, options: Options) -> RunSpec {
     let mut w = steady(seed, options, 3);
     w.faults = vec![
         Fault {
@@ -450,16 +466,15 @@ fn partition(seed: u64, options: Options) -> World {
 }
 
 /// A steady mixed load on `brokers` brokers, short leases so faults heal within the run.
-fn steady(seed: u64, options: Options, brokers: u32) -> World {
-    let mut w = World::new(seed);
+fn steady(seed: u64, options: Options, brokers: u32) -> RunSpec {
+    let mut w = RunSpec::new(seed);
     w.brokers = brokers;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 20_000;
-    w.knobs = knobs(&[
-        ("QUEEN_SWEEPER_LEASE_MS", "3000"),
-        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "1000"),
-        ("QUEEN_KV_EXPIRE_EVERY_MS", "500"),
-    ]);
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, 3_000)
+        .with(knob::STATEMENT_TIMEOUT_MS, 1_000)
+        .with(knob::KV_EXPIRE_EVERY_MS, 500);
     w.timers = Some(TimerLoad {
         per_s: 300,
         batch: 10,
@@ -486,7 +501,7 @@ fn steady(seed: u64, options: Options, brokers: u32) -> World {
 /// The wake: a timer scheduled on an idle broker fires on the local wake; one scheduled on a
 /// broker that dies right after is fired by another within the sleep ceiling.
 fn wake(seed: u64) -> Parts {
-    let mut w = World::new(seed);
+    let mut w = RunSpec::new(seed);
     w.brokers = 3;
     w.safety_ms = 20_000;
     w.liveness_ms = 5_000;
@@ -517,7 +532,7 @@ fn wake(seed: u64) -> Parts {
     let on_wake = analysis::fires_of(&outcome, "b0-");
     let elsewhere = analysis::fires_of(&outcome, "b1-");
     let run = report_of("wake", "shipped", &w, &outcome, 1);
-    let ceiling = run.world.config().sleep_ms_max as f64;
+    let ceiling = run.spec.config().sleep_ms_max as f64;
     let mut findings = BTreeMap::new();
     let describe = |fires: &[(String, u64, f64, String)]| {
         fires
@@ -555,7 +570,7 @@ fn wake(seed: u64) -> Parts {
 
 /// A burst of 50 000 timers due at once on three brokers.
 fn burst(seed: u64, options: Options) -> Parts {
-    let mut w = World::new(seed);
+    let mut w = RunSpec::new(seed);
     w.brokers = 3;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 30_000;
@@ -569,7 +584,7 @@ fn burst(seed: u64, options: Options) -> Parts {
     }];
     let run = execute("burst of 50 000", "shipped", &w, 1);
     let mut findings = BTreeMap::new();
-    findings.insert("latenessMs".into(), json!(run.numbers.lateness_ms));
+    findings.insert("latenessMs".into(), json!(run.numbers.lateness_ms.short()));
     let expectations = vec![expect(
         "no_stale_segments",
         run.numbers.stale_segments == 0,
@@ -580,7 +595,7 @@ fn burst(seed: u64, options: Options) -> Parts {
 
 /// Fairness: one tenant with 100 000 due timers, another with one due just after them.
 fn fairness(seed: u64, options: Options) -> Parts {
-    let mut w = World::new(seed);
+    let mut w = RunSpec::new(seed);
     w.brokers = 3;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 40_000;
@@ -604,18 +619,18 @@ fn fairness(seed: u64, options: Options) -> Parts {
     let small = analysis::fires_of(&outcome, "b0-");
     let big = analysis::fires_of(&outcome, "pre0-");
     let run = report_of("fairness", "shipped", &w, &outcome, 1);
-    let big_late = analysis::Spread::of(big.iter().map(|(_, _, late, _)| *late).collect());
+    let big_late = Spread::of_values(big.iter().map(|(_, _, late, _)| *late).collect());
     let (small_at, small_late) = small
         .first()
         .map_or((u64::MAX, f64::NAN), |(_, at, late, _)| (*at, *late));
     let mut findings = BTreeMap::new();
-    findings.insert("bigTenantLatenessMs".into(), json!(big_late));
+    findings.insert("bigTenantLatenessMs".into(), json!(big_late.short()));
     findings.insert("smallTenantLatenessMs".into(), json!(small_late));
     // One pass is at most QUEEN_SWEEPER_CYCLE_MAX_ROWS rows per broker, the brokers' passes
     // running side by side. The small tenant is starved if more than one pass of the big
     // tenant's timers fire before its own.
-    let config = run.world.config();
-    let pass = f64::from(config.cycle_max_rows) * f64::from(run.world.brokers);
+    let config = run.spec.config();
+    let pass = f64::from(config.cycle_max_rows) * f64::from(run.spec.brokers);
     let big_before = big.iter().filter(|(_, at, _, _)| *at < small_at).count() as f64;
     findings.insert(
         "bigTenantTimersFiredBeforeTheSmallOne".into(),
@@ -641,29 +656,19 @@ fn fairness(seed: u64, options: Options) -> Parts {
 }
 
 /// The swarm: broker count, loads, latencies and faults drawn from the seed.
-fn swarm(seed: u64, options: Options) -> World {
+fn swarm(seed: u64, options: Options) -> RunSpec {
     let mut rng = Rng::new(seed).fork(77);
-    let mut w = World::new(seed);
+    let mut w = RunSpec::new(seed);
     w.brokers = rng.range(1, 6) as u32;
     w.safety_ms = options.duration_s.unwrap_or(20) * 1000;
     w.liveness_ms = 20_000;
     let lease = rng.range(2_000, 8_000);
-    w.knobs = knobs(&[
-        ("QUEEN_SWEEPER_LEASE_MS", &lease.to_string()),
-        (
-            "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS",
-            &(lease / 2).min(2_000).to_string(),
-        ),
-        ("QUEEN_SWEEPER_CLAIM_BATCH", &rng.range(10, 300).to_string()),
-        (
-            "QUEEN_SWEEPER_MAX_FIRE_BYTES",
-            &rng.range(4_096, 1 << 20).to_string(),
-        ),
-        (
-            "QUEEN_KV_EXPIRE_EVERY_MS",
-            &rng.range(100, 2_000).to_string(),
-        ),
-    ]);
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, lease)
+        .with(knob::STATEMENT_TIMEOUT_MS, (lease / 2).min(2_000))
+        .with(knob::CLAIM_BATCH, rng.range(10, 300))
+        .with(knob::MAX_FIRE_BYTES, rng.range(4_096, 1 << 20))
+        .with(knob::KV_EXPIRE_EVERY_MS, rng.range(100, 2_000));
     w.link_latency_ms = (0, rng.range(1, 20));
     w.costs = Costs {
         wal_bytes_per_s: rng.range(2, 64) * 1024 * 1024,
@@ -714,4 +719,23 @@ fn swarm(seed: u64, options: Options) -> World {
         }
     }
     w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_reads_back_from_its_own_name() {
+        use clap::ValueEnum as _;
+        for scenario in Scenario::all() {
+            let name = scenario.name();
+            assert_eq!(Scenario::from_str(&name, false), Ok(*scenario), "{name}");
+            assert_eq!(
+                serde_json::to_string(scenario).expect("serialises"),
+                format!("{name:?}")
+            );
+        }
+        assert_eq!(Scenario::Livelock.name(), "livelock");
+    }
 }

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use queen_harness::Knobs;
 use queen_sweeper::Config;
 use queen_sweeper::Destination;
 use queen_sweeper::Sweeper;
@@ -95,13 +96,13 @@ pub struct Fault {
 
 /// Everything that defines a run. With the same seed, the same run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct World {
+pub struct RunSpec {
     pub seed: u64,
     pub brokers: u32,
     pub safety_ms: u64,
     pub liveness_ms: u64,
     /// Sweeper knobs (`QUEEN_SWEEPER_*`, `QUEEN_KV_*`) for every broker.
-    pub knobs: Vec<(String, String)>,
+    pub knobs: Knobs,
     pub naive_drain: bool,
     pub floor_after_empty_claim: bool,
     pub costs: Costs,
@@ -125,14 +126,14 @@ pub struct Backlog {
     pub payload_bytes: u64,
 }
 
-impl World {
-    pub fn new(seed: u64) -> World {
-        World {
+impl RunSpec {
+    pub fn new(seed: u64) -> RunSpec {
+        RunSpec {
             seed,
             brokers: 3,
             safety_ms: 30_000,
             liveness_ms: 15_000,
-            knobs: Vec::new(),
+            knobs: Knobs::new(),
             naive_drain: false,
             floor_after_empty_claim: false,
             costs: Costs::default(),
@@ -147,7 +148,8 @@ impl World {
     }
 
     pub fn config(&self) -> Config {
-        Config::from_vars(self.knobs.clone())
+        self.knobs
+            .config()
             .unwrap_or_else(|e| panic!("scenario knobs are invalid: {e}"))
     }
 }
@@ -173,8 +175,8 @@ pub struct LoadLog {
 
 /// The end state of a run, for checkers and reports.
 #[derive(Debug)]
-pub struct Outcome {
-    pub world: World,
+pub struct RunOutcome {
+    pub spec: RunSpec,
     pub db: Arc<Db>,
     pub log: Arc<Mutex<LoadLog>>,
     /// The database's clock at the end (see [`crate::time::ORIGIN_US`]).
@@ -189,35 +191,33 @@ fn broker_name(i: u32) -> String {
 }
 
 /// Runs the world to its end.
-pub fn run(world: &World) -> Outcome {
+pub fn run(spec: &RunSpec) -> RunOutcome {
     let wall_start = clock::monotonic_now();
-    let total = Duration::from_millis(world.safety_ms + world.liveness_ms);
-    let db = Db::new(world.costs);
+    let total = Duration::from_millis(spec.safety_ms + spec.liveness_ms);
+    let db = Db::new(spec.costs);
     let log = Arc::new(Mutex::new(LoadLog::default()));
     let mut sim = turmoil::Builder::new()
-        .rng_seed(world.seed)
+        .rng_seed(spec.seed)
         .epoch(SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_S as u64))
         .tick_duration(Duration::from_millis(1))
-        .min_message_latency(Duration::from_millis(world.link_latency_ms.0))
-        .max_message_latency(Duration::from_millis(world.link_latency_ms.1))
+        .min_message_latency(Duration::from_millis(spec.link_latency_ms.0))
+        .max_message_latency(Duration::from_millis(spec.link_latency_ms.1))
         .simulation_duration(total + Duration::from_secs(60))
         .tcp_capacity(1 << 16)
         .build();
 
-    preload(&db, &log, &world.backlogs);
+    preload(&db, &log, &spec.backlogs);
     let served = db.clone();
     sim.host("db", move || serve(served.clone()));
-    let root = Rng::new(world.seed);
-    for i in 1..=world.brokers {
-        let world = world.clone();
+    let root = Rng::new(spec.seed);
+    for i in 1..=spec.brokers {
+        let spec = spec.clone();
         let jitter_seed = root.fork(1000 + u64::from(i)).next_u64();
-        sim.host(broker_name(i), move || {
-            broker(world.clone(), i, jitter_seed)
-        });
+        sim.host(broker_name(i), move || broker(spec.clone(), i, jitter_seed));
     }
-    add_load(&mut sim, world, &root, &log, total);
+    add_load(&mut sim, spec, &root, &log, total);
 
-    let mut faults = world.faults.clone();
+    let mut faults = spec.faults.clone();
     faults.sort_by_key(|f| f.at_ms);
     let mut next_fault = 0;
     let mut healed = false;
@@ -228,8 +228,8 @@ pub fn run(world: &World) -> Outcome {
             inject(&mut sim, &faults[next_fault].kind);
             next_fault += 1;
         }
-        if !healed && elapsed_ms >= world.safety_ms {
-            heal_all(&mut sim, world);
+        if !healed && elapsed_ms >= spec.safety_ms {
+            heal_all(&mut sim, spec);
             healed = true;
         }
         match sim.step() {
@@ -245,8 +245,8 @@ pub fn run(world: &World) -> Outcome {
         }
     }
     let end_us = ORIGIN_US + us(sim.elapsed());
-    Outcome {
-        world: world.clone(),
+    RunOutcome {
+        spec: spec.clone(),
         db,
         log,
         end_us,
@@ -310,8 +310,8 @@ fn inject(sim: &mut turmoil::Sim<'_>, fault: &FaultKind) {
 }
 
 /// Liveness phase: every link repaired, every crashed broker started again.
-fn heal_all(sim: &mut turmoil::Sim<'_>, world: &World) {
-    for i in 1..=world.brokers {
+fn heal_all(sim: &mut turmoil::Sim<'_>, spec: &RunSpec) {
+    for i in 1..=spec.brokers {
         sim.repair(broker_name(i), "db");
         if !sim.is_host_running(broker_name(i)) {
             sim.bounce(broker_name(i));
@@ -320,8 +320,8 @@ fn heal_all(sim: &mut turmoil::Sim<'_>, world: &World) {
 }
 
 /// A broker: the real sweeper cycle, plus its schedule seam listening for load hosts.
-async fn broker(world: World, index: u32, jitter_seed: u64) -> turmoil::Result {
-    let config = world.config();
+async fn broker(spec: RunSpec, index: u32, jitter_seed: u64) -> turmoil::Result {
+    let config = spec.config();
     let store = Arc::new(SimStore::new("db", config.statement_timeout()));
     let mut rng = Rng::new(jitter_seed);
     let sweeper = Sweeper::with_jitter(
@@ -331,8 +331,8 @@ async fn broker(world: World, index: u32, jitter_seed: u64) -> turmoil::Result {
         Box::new(move || rng.unit()),
     );
     let sweeper = sweeper.with_form(NaiveForms {
-        claim_then_fire: world.naive_drain,
-        floor_after_empty_claim: world.floor_after_empty_claim,
+        claim_then_fire: spec.naive_drain,
+        floor_after_empty_claim: spec.floor_after_empty_claim,
     });
     tokio::spawn(seam_server(sweeper.seam(), store));
     sweeper.run().await;
@@ -380,30 +380,30 @@ async fn schedule_through_seam(
 /// turmoil step each, every simulated millisecond), and ends the run after the two phases.
 fn add_load(
     sim: &mut turmoil::Sim<'_>,
-    world: &World,
+    spec: &RunSpec,
     root: &Rng,
     log: &Arc<Mutex<LoadLog>>,
     total: Duration,
 ) {
-    let (world, root, log) = (world.clone(), root.clone(), log.clone());
+    let (spec, root, log) = (spec.clone(), root.clone(), log.clone());
     sim.client("load", async move {
         let mut tasks = Vec::new();
-        if let Some(load) = world.timers.clone() {
+        if let Some(load) = spec.timers.clone() {
             tasks.push(tokio::spawn(scheduler(
-                world.clone(),
+                spec.clone(),
                 load,
                 root.fork(1),
                 log.clone(),
             )));
         }
-        if !world.bursts.is_empty() {
-            tasks.push(tokio::spawn(burster(world.clone(), log.clone())));
+        if !spec.bursts.is_empty() {
+            tasks.push(tokio::spawn(burster(spec.clone(), log.clone())));
         }
-        if let Some(load) = world.pushes.clone() {
+        if let Some(load) = spec.pushes.clone() {
             for p in 0..load.pushers {
                 let rng = root.fork(100 + u64::from(p));
                 tasks.push(tokio::spawn(pusher(
-                    world.clone(),
+                    spec.clone(),
                     load.clone(),
                     p,
                     rng,
@@ -411,9 +411,9 @@ fn add_load(
                 )));
             }
         }
-        if let Some(load) = world.kv.clone() {
+        if let Some(load) = spec.kv.clone() {
             tasks.push(tokio::spawn(kv_writer(
-                world.clone(),
+                spec.clone(),
                 load,
                 root.fork(2),
                 log.clone(),
@@ -484,20 +484,20 @@ fn record(
 }
 
 async fn scheduler(
-    world: World,
+    spec: RunSpec,
     load: TimerLoad,
     mut rng: Rng,
     log: Arc<Mutex<LoadLog>>,
 ) -> std::io::Result<()> {
     let calls_per_s = (load.per_s / load.batch.max(1)).max(1);
     let gap = Duration::from_micros(1_000_000 / u64::from(calls_per_s));
-    let calls = world.safety_ms * u64::from(calls_per_s) / 1000;
+    let calls = spec.safety_ms * u64::from(calls_per_s) / 1000;
     let mut sequence = 0u64;
     for call in 0..calls {
-        if elapsed_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= spec.safety_ms * 1000 {
             break;
         }
-        let broker = 1 + (rng.next_u64() % u64::from(world.brokers)) as u32;
+        let broker = 1 + (rng.next_u64() % u64::from(spec.brokers)) as u32;
         let tenant = rng.range(0, u64::from(load.tenants.max(1)) - 1) as u32;
         let mut ops = Vec::new();
         let mut txns = Vec::new();
@@ -535,11 +535,11 @@ async fn scheduler(
     Ok(())
 }
 
-async fn burster(world: World, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()> {
-    let mut bursts = world.bursts.clone();
+async fn burster(spec: RunSpec, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()> {
+    let mut bursts = spec.bursts.clone();
     bursts.sort_by_key(|b| b.at_ms);
     for (n, burst) in bursts.iter().enumerate() {
-        if elapsed_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= spec.safety_ms * 1000 {
             break;
         }
         let at = Duration::from_millis(burst.at_ms);
@@ -578,20 +578,20 @@ async fn burster(world: World, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()> 
 }
 
 async fn pusher(
-    world: World,
+    spec: RunSpec,
     load: PushLoad,
     index: u32,
     mut rng: Rng,
     log: Arc<Mutex<LoadLog>>,
 ) -> std::io::Result<()> {
     let gap = Duration::from_micros(1_000_000 / u64::from(load.per_s_each.max(1)));
-    let pushes = world.safety_ms * u64::from(load.per_s_each) / 1000;
-    let partitions = world.timers.as_ref().map_or(4, |t| t.partitions.max(1));
-    let queues = world.timers.as_ref().map_or(1, |t| t.queues.max(1));
-    let tenants = world.timers.as_ref().map_or(1, |t| t.tenants.max(1));
+    let pushes = spec.safety_ms * u64::from(load.per_s_each) / 1000;
+    let partitions = spec.timers.as_ref().map_or(4, |t| t.partitions.max(1));
+    let queues = spec.timers.as_ref().map_or(1, |t| t.queues.max(1));
+    let tenants = spec.timers.as_ref().map_or(1, |t| t.tenants.max(1));
     let mut stream: Option<turmoil::net::TcpStream> = None;
     for n in 0..pushes {
-        if elapsed_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= spec.safety_ms * 1000 {
             break;
         }
         let d = destination(
@@ -635,16 +635,16 @@ async fn pusher(
 }
 
 async fn kv_writer(
-    world: World,
+    spec: RunSpec,
     load: KvLoad,
     mut rng: Rng,
     log: Arc<Mutex<LoadLog>>,
 ) -> std::io::Result<()> {
     let gap = Duration::from_micros(1_000_000 / u64::from(load.per_s.max(1)));
-    let puts = world.safety_ms * u64::from(load.per_s) / 1000;
+    let puts = spec.safety_ms * u64::from(load.per_s) / 1000;
     let mut stream = turmoil::net::TcpStream::connect(("db", DB_PORT)).await?;
     for n in 0..puts {
-        if elapsed_us() >= world.safety_ms * 1000 {
+        if elapsed_us() >= spec.safety_ms * 1000 {
             break;
         }
         let request = Request::KvPut {

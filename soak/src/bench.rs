@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use crate::db::{MOVE_BATCH, RunDb};
-use crate::run::{Run, Spread, Workload};
+use crate::run::{Run, Workload};
+use queen_harness::Spread;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bench {

@@ -136,7 +136,7 @@ impl Broker {
     pub async fn process(
         binary: &std::path::Path,
         url: &str,
-        knobs: &[(String, String)],
+        knobs: &queen_harness::Knobs,
         identity: &str,
     ) -> Result<Broker, String> {
         let port = crate::provider::free_loopback_port()?;
@@ -157,8 +157,8 @@ impl Broker {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
-        for (k, v) in knobs {
-            command.env(k, v);
+        for (var, value) in knobs.env() {
+            command.env(var, value);
         }
         let child = command
             .spawn()

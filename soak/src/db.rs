@@ -1,11 +1,15 @@
 //! The soak's own use of the server: a fresh database per run (so sizes and counters belong to one
-//! run), and the measurement queries. Its SQL is in `soak/sql/`, like the sweeper's in `sql/`.
+//! run, made and dropped by the test tier's `queen_testdb`), and the measurement queries. The
+//! multi-line measurements are in `soak/sql/`; the short reads (WAL position, fire span, delivery
+//! faults, the expectation rows) are inline below, and the loads' own calls in `run.rs`.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+use crate::error::Error;
 
 /// Measurement queries, one per file.
 pub const EXPECTED_TABLE: &str = include_str!("../sql/expected_table.sql");
@@ -23,13 +27,13 @@ pub struct RunDb {
     admin: PgConnectOptions,
 }
 
-fn admin_options(server_url: &str) -> Result<PgConnectOptions, String> {
+fn admin_options(server_url: &str) -> Result<PgConnectOptions, Error> {
     PgConnectOptions::from_str(server_url)
-        .map_err(|e| format!("the database URL is not a PostgreSQL URL: {e}"))
+        .map_err(Error::db("the database URL is not a PostgreSQL URL"))
 }
 
 /// Replaces the database of a URL.
-pub fn url_for(server_url: &str, database: &str) -> Result<String, String> {
+pub fn url_for(server_url: &str, database: &str) -> Result<String, Error> {
     Ok(admin_options(server_url)?
         .database(database)
         .to_url_lossy()
@@ -38,23 +42,21 @@ pub fn url_for(server_url: &str, database: &str) -> Result<String, String> {
 
 impl RunDb {
     /// Creates `soak_<label>` on the server and applies `sql/` to it.
-    pub async fn create(server_url: &str, label: &str) -> Result<RunDb, String> {
+    pub async fn create(server_url: &str, label: &str) -> Result<RunDb, Error> {
         let admin = admin_options(server_url)?;
         let name = format!("soak_{label}");
         let mut connection = admin
             .connect()
             .await
-            .map_err(|e| format!("cannot connect to the server: {e}"))?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-        )))
-        .execute(&mut connection)
-        .await
-        .map_err(|e| format!("cannot drop an old {name}: {e}"))?;
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut connection)
+            .map_err(Error::db("cannot connect to the server"))?;
+        queen_testdb::drop_database(&mut connection, &name)
             .await
-            .map_err(|e| format!("cannot create {name} (does the user have CREATEDB?): {e}"))?;
+            .map_err(Error::db(format!("cannot drop an old {name}")))?;
+        queen_testdb::create_database(&mut connection, &name, None)
+            .await
+            .map_err(Error::db(format!(
+                "cannot create {name} (does the user have CREATEDB?)"
+            )))?;
         let _ = connection.close().await;
         let url = url_for(server_url, &name)?;
         let pool = PgPoolOptions::new()
@@ -62,14 +64,14 @@ impl RunDb {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(admin.clone().database(&name))
             .await
-            .map_err(|e| format!("cannot connect to {name}: {e}"))?;
+            .map_err(Error::db(format!("cannot connect to {name}")))?;
         queen_sweeper::apply_schema(&pool)
             .await
-            .map_err(|e| format!("cannot apply the schema: {e}"))?;
+            .map_err(Error::Schema)?;
         sqlx::raw_sql(EXPECTED_TABLE)
             .execute(&pool)
             .await
-            .map_err(|e| format!("cannot create the expectation table: {e}"))?;
+            .map_err(Error::db("cannot create the expectation table"))?;
         Ok(RunDb {
             name,
             url,
@@ -79,31 +81,31 @@ impl RunDb {
     }
 
     /// Drops the run's database.
-    pub async fn drop_now(self) -> Result<(), String> {
+    pub async fn drop_now(self) -> Result<(), Error> {
         self.pool.close().await;
-        let mut connection = self.admin.connect().await.map_err(|e| e.to_string())?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        )))
-        .execute(&mut connection)
-        .await
-        .map_err(|e| format!("cannot drop {}: {e}", self.name))?;
+        let mut connection = self
+            .admin
+            .connect()
+            .await
+            .map_err(Error::db(format!("cannot reconnect to drop {}", self.name)))?;
+        queen_testdb::drop_database(&mut connection, &self.name)
+            .await
+            .map_err(Error::db(format!("cannot drop {}", self.name)))?;
         Ok(())
     }
 
-    pub async fn wal_lsn(&self) -> Result<i64, String> {
+    pub async fn wal_lsn(&self) -> Result<i64, Error> {
         sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(Error::db("cannot read the WAL position"))
     }
 
-    pub async fn sizes(&self) -> Result<Sizes, String> {
+    pub async fn sizes(&self) -> Result<Sizes, Error> {
         let row: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(SIZES)
             .fetch_one(&self.pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db("cannot read the table sizes"))?;
         Ok(Sizes {
             timers_bytes: row.0,
             timers_index_bytes: row.1,
@@ -121,26 +123,26 @@ impl RunDb {
         &self,
         txns: &[String],
         deliver_at_us: &[i64],
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         for (txn, at) in txns.chunks(10_000).zip(deliver_at_us.chunks(10_000)) {
             sqlx::query("INSERT INTO soak_expected (txn, deliver_at) SELECT t, to_timestamp(d / 1e6) FROM unnest($1::text[], $2::bigint[]) AS u(t, d) ON CONFLICT DO NOTHING")
                 .bind(txn)
                 .bind(at)
                 .execute(&self.pool)
                 .await
-                .map_err(|e| format!("cannot record expectations: {e}"))?;
+                .map_err(Error::db("cannot record expectations"))?;
         }
         Ok(())
     }
 
     /// Lateness of every fired timer (ms) with the second of the run it fired in, and the
     /// number of messages per txn above one (duplicates) and of expected txns never fired.
-    pub async fn lateness(&self, run_start_epoch_s: f64) -> Result<Vec<(f64, f64)>, String> {
+    pub async fn lateness(&self, run_start_epoch_s: f64) -> Result<Vec<(f64, f64)>, Error> {
         sqlx::query_as(LATENESS)
             .bind(run_start_epoch_s)
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(Error::db("cannot read the lateness"))
     }
 
     /// Inserts `count` timers due `due_in_ms` from now (set-based), recording their promises.
@@ -151,7 +153,7 @@ impl RunDb {
         payload_bytes: u32,
         spread: (u32, u32, u32),
         prefix: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         sqlx::query(BACKLOG)
             .bind(i64::from(count))
             .bind(due_in_ms as f64)
@@ -163,7 +165,7 @@ impl RunDb {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot insert the backlog: {e}"))
+            .map_err(Error::db("cannot insert the backlog"))
     }
 
     /// Like [`RunDb::backlog`], but the timers are no promise of the run: they stay out of the
@@ -175,7 +177,7 @@ impl RunDb {
         payload_bytes: u32,
         spread: (u32, u32, u32),
         prefix: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         self.backlog(count, due_in_ms, payload_bytes, spread, prefix)
             .await?;
         sqlx::query("DELETE FROM soak_expected WHERE starts_with(txn, $1 || '-')")
@@ -183,22 +185,24 @@ impl RunDb {
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(|e| format!("cannot leave the {prefix} timers out of the expectations: {e}"))
+            .map_err(Error::db(format!(
+                "cannot leave the {prefix} timers out of the expectations"
+            )))
     }
 
     /// Seconds between the first and the last fired message the soak promised (the drain time
     /// of a backlog, measured by the database, not by the sampler's one-second steps).
-    pub async fn fire_span_s(&self) -> Result<f64, String> {
+    pub async fn fire_span_s(&self) -> Result<f64, Error> {
         let span: Option<f64> = sqlx::query_scalar(
             "SELECT extract(epoch FROM max(m.created_at) - min(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::db("cannot read the fire span"))?;
         Ok(span.unwrap_or(0.0))
     }
 
-    pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), String> {
+    pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), Error> {
         sqlx::query_as(
             "SELECT (SELECT count(*) FROM (SELECT txn FROM queen.log_messages GROUP BY txn HAVING count(*) > 1) d),
                     (SELECT count(*) FROM soak_expected e WHERE NOT EXISTS (SELECT 1 FROM queen.log_messages m WHERE m.txn = e.txn)),
@@ -206,7 +210,7 @@ impl RunDb {
         )
         .fetch_one(&self.pool)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(Error::db("cannot count the delivery faults"))
     }
 }
 
@@ -219,4 +223,31 @@ pub struct Sizes {
     pub messages_bytes: i64,
     pub pending_timers: i64,
     pub timer_hot_updates: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_run_database_is_made_with_the_schema_and_dropped_after() {
+        let server = queen_testdb::TestDb::empty().await;
+        let label = format!("db_test_{}", std::process::id());
+        let db = RunDb::create(&server.url(), &label).await.expect("created");
+        let name = db.name.clone();
+        assert_eq!(
+            db.sizes()
+                .await
+                .expect("the schema is there")
+                .pending_timers,
+            0
+        );
+        db.drop_now().await.expect("dropped");
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
+            .bind(&name)
+            .fetch_one(&server.pool)
+            .await
+            .expect("pg_database reads");
+        assert_eq!(left, 0, "{name} outlived its run");
+    }
 }

@@ -612,6 +612,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_sweep_builds_a_valid_workload_at_every_value() {
+        for sweep in sweeps(Scale { seconds: 1 }) {
+            for value in &sweep.values {
+                let workload = (sweep.workload)(*value);
+                if let Err(e) = workload.config() {
+                    panic!("{} = {value}: {e}", sweep.setting);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_empty_claim_edge_is_the_smallest_band_that_halves_the_floor_spin() {
         // 2026-12-03's run: 5 ms is the floor (292 calls/s), 25 ms cuts it to 84, 100 ms to 25.
         let points = [(5, 292.0), (25, 83.7), (100, 25.1)];

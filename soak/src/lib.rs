@@ -12,13 +12,17 @@
 //! | [`blocks`] | dated blocks in the house formula, and `apply-blocks` |
 //! | [`bench`] | the sweeper against the physical limit; probe p99; peak RSS; idle cost |
 //! | [`report`] | `reports/<date>-<rig>/`: report.md, plots, JSON |
+//! | [`error`] | [`Error`]: what stopped a command, with its cause |
 
 pub mod bench;
 pub mod blocks;
 pub mod brokers;
 pub mod db;
+pub mod error;
 pub mod experiments;
 pub mod provider;
 pub mod report;
 pub mod rig;
 pub mod run;
+
+pub use error::Error;

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use queen_soak::blocks;
+use queen_soak::error::{self, Error};
 use queen_soak::experiments::{self, Scale};
 use queen_soak::provider::{self, DockerOptions, ProviderKind};
 use queen_soak::report;
@@ -88,7 +89,8 @@ fn main() -> ExitCode {
     let offline = match &cli.command {
         Some(Command::ApplyBlocks { dir, sql_dir }) => Some(
             blocks::apply(dir, sql_dir)
-                .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect()),
+                .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
+                .map_err(Error::Message),
         ),
         Some(Command::Report { dir }) => Some(
             report::rebuild_existing(dir)
@@ -105,7 +107,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("soak: {e}");
+                eprintln!("soak: {}", error::chain(&e));
                 ExitCode::FAILURE
             }
         };
@@ -123,7 +125,7 @@ fn main() -> ExitCode {
     match runtime.block_on(soak(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("soak: {e}");
+            eprintln!("soak: {}", error::chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -154,7 +156,7 @@ fn sweeper_binary() -> Option<PathBuf> {
     candidate.is_file().then_some(candidate)
 }
 
-async fn soak(cli: Cli) -> Result<(), String> {
+async fn soak(cli: Cli) -> Result<(), Error> {
     let database = provider::provide(
         cli.provider,
         cli.database_url.clone(),
@@ -169,7 +171,7 @@ async fn soak(cli: Cli) -> Result<(), String> {
         .max_connections(1)
         .connect(&database.url)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(Error::db("cannot connect"))?;
     let rig = Rig::read(&admin, &format!("{:?}", database.provider).to_lowercase()).await?;
     admin.close().await;
     eprintln!("soak: rig {}", rig.describe());
@@ -211,11 +213,10 @@ async fn soak(cli: Cli) -> Result<(), String> {
             let emitted = blocks::blocks(&findings, &rig, &date);
             report::write_json(&out, report::RIG, &rig)?;
             report::write_json(&out, report::EXPERIMENTS, &findings)?;
-            std::fs::write(
-                out.join("blocks.sql"),
-                blocks::file_text(&emitted, &rig, &date),
-            )
-            .map_err(|e| e.to_string())?;
+            report::write_file(
+                &out.join("blocks.sql"),
+                &blocks::file_text(&emitted, &rig, &date),
+            )?;
             report::rebuild(&out)?;
             for f in &findings {
                 println!(
@@ -237,7 +238,7 @@ async fn soak(cli: Cli) -> Result<(), String> {
             report::rebuild(&out)?;
             println!(
                 "{}",
-                serde_json::to_string_pretty(&bench).map_err(|e| e.to_string())?
+                serde_json::to_string_pretty(&bench).expect("the bench serialises")
             );
             println!("wrote the bench to {}", out.display());
             Ok(())
@@ -259,7 +260,7 @@ async fn soak(cli: Cli) -> Result<(), String> {
 }
 
 /// The canonical workload, and the same pushes without a sweeper for the push p99 impact.
-async fn canonical(run: &Run<'_>, cli: &Cli, seconds: u64) -> Result<Vec<RunResult>, String> {
+async fn canonical(run: &Run<'_>, cli: &Cli, seconds: u64) -> Result<Vec<RunResult>, Error> {
     let mut alone = Workload::canonical(seconds.min(30));
     alone.label = "pushes alone (no sweeper)".into();
     alone.brokers = 0;
@@ -291,13 +292,13 @@ async fn canonical(run: &Run<'_>, cli: &Cli, seconds: u64) -> Result<Vec<RunResu
 }
 
 /// Exactly once and never early, or the run fails.
-fn check_delivery(runs: &[RunResult]) -> Result<(), String> {
+fn check_delivery(runs: &[RunResult]) -> Result<(), Error> {
     for r in runs {
         if r.duplicates != 0 || r.never_fired != 0 || r.fired_early != 0 {
-            return Err(format!(
+            return Err(Error::Broken(format!(
                 "{}: {} duplicated, {} never fired, {} fired early",
                 r.workload.label, r.duplicates, r.never_fired, r.fired_early
-            ));
+            )));
         }
     }
     Ok(())
@@ -306,7 +307,7 @@ fn check_delivery(runs: &[RunResult]) -> Result<(), String> {
 /// About a minute and a half, end to end: the canonical workload briefly, a broker process
 /// killed with SIGKILL (when the binary is there), two experiment points, dated blocks, and
 /// apply-blocks on a copy of sql/.
-async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Result<(), String> {
+async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Result<(), Error> {
     let mut runs = Vec::new();
     let mut quick = Workload::canonical(15);
     quick.label = "smoke".into();
@@ -334,16 +335,17 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         experiments::run_all(run, Scale { seconds: 8 }, Some("MAX_SLEEP"), (date, rig)).await?;
     let emitted = blocks::blocks(&findings, rig, date);
     if emitted.is_empty() {
-        return Err("the smoke experiment measured no shipped value".into());
+        return Err(Error::Broken(
+            "the smoke experiment measured no shipped value".to_owned(),
+        ));
     }
     let scratch = std::env::temp_dir().join(format!("queen-soak-smoke-{}", std::process::id()));
     let sql_copy = scratch.join("sql");
     copy_sql(Path::new("sql"), &sql_copy)?;
-    std::fs::write(
-        scratch.join("blocks.sql"),
-        blocks::file_text(&emitted, rig, date),
-    )
-    .map_err(|e| e.to_string())?;
+    report::write_file(
+        &scratch.join("blocks.sql"),
+        &blocks::file_text(&emitted, rig, date),
+    )?;
     let applied = blocks::apply(&scratch, &sql_copy)?;
     let _ = std::fs::remove_dir_all(&scratch);
     println!(
@@ -354,18 +356,22 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
     Ok(())
 }
 
-fn copy_sql(from: &Path, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| e.to_string())?;
-    for entry in std::fs::read_dir(from).map_err(|e| {
-        format!(
-            "cannot read {} (run from the repository root): {e}",
-            from.display()
-        )
-    })? {
-        let path = entry.map_err(|e| e.to_string())?.path();
+/// Copies `from`'s `.sql` files into `to`. `from` is relative: soak runs from the repository
+/// root.
+fn copy_sql(from: &Path, to: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(to).map_err(|source| Error::CreateDir {
+        path: to.to_owned(),
+        source,
+    })?;
+    let read = |source| Error::Read {
+        path: from.to_owned(),
+        source,
+    };
+    for entry in std::fs::read_dir(from).map_err(read)? {
+        let path = entry.map_err(read)?.path();
         if path.extension().is_some_and(|x| x == "sql") {
-            std::fs::copy(&path, to.join(path.file_name().expect("a file")))
-                .map_err(|e| e.to_string())?;
+            let copy = to.join(path.file_name().expect("a file"));
+            std::fs::copy(&path, &copy).map_err(|source| Error::Write { path: copy, source })?;
         }
     }
     Ok(())

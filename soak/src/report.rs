@@ -5,7 +5,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use queen_harness::LineChart;
+
 use crate::bench::Bench;
+use crate::error::Error;
 use crate::experiments::Finding;
 use crate::rig::Rig;
 use crate::run::RunResult;
@@ -15,28 +18,41 @@ pub const EXPERIMENTS: &str = "experiments.json";
 pub const BENCH: &str = "bench.json";
 pub const RIG: &str = "rig.json";
 
-pub fn write_json<T: serde::Serialize>(dir: &Path, file: &str, value: &T) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(dir.join(file), text)
-        .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))
+pub fn write_json<T: serde::Serialize>(dir: &Path, file: &str, value: &T) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let text = serde_json::to_string_pretty(value).expect("reports serialise") + "\n";
+    write_file(&dir.join(file), &text)
+}
+
+/// Writes `text` to `path`, naming the path when it cannot.
+pub fn write_file(path: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|source| Error::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn read_json<T: for<'de> serde::Deserialize<'de>>(
     dir: &Path,
     file: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, Error> {
     match std::fs::read_to_string(dir.join(file)) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| format!("{}: {e}", dir.join(file).display())),
+            .map_err(|source| Error::Json {
+                path: dir.join(file),
+                source,
+            }),
         Err(_) => Ok(None),
     }
 }
 
 /// `fresh` findings, with those of an earlier run in `dir` for the settings `fresh` does not
 /// cover, in the earlier order.
-pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, String> {
+pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, Error> {
     let Some(earlier) = read_json::<Vec<Finding>>(dir, EXPERIMENTS)? else {
         return Ok(fresh);
     };
@@ -80,23 +96,26 @@ pub fn headline(result: &RunResult) -> String {
 }
 
 /// [`rebuild`] for a directory a person named: it must exist and hold a run's JSON.
-pub fn rebuild_existing(dir: &Path) -> Result<(), String> {
+pub fn rebuild_existing(dir: &Path) -> Result<(), Error> {
     if !dir.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(Error::Nothing(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     let inputs = [RIG, CANONICAL, EXPERIMENTS, BENCH];
     if !inputs.iter().any(|f| dir.join(f).exists()) {
-        return Err(format!(
+        return Err(Error::Nothing(format!(
             "{} holds none of {}: nothing to report",
             dir.display(),
             inputs.join(", ")
-        ));
+        )));
     }
     rebuild(dir)
 }
 
 /// Rebuilds `report.md` and the plots from the JSON in `dir`.
-pub fn rebuild(dir: &Path) -> Result<(), String> {
+pub fn rebuild(dir: &Path) -> Result<(), Error> {
     let rig: Option<Rig> = read_json(dir, RIG)?;
     let canonical: Option<Vec<RunResult>> = read_json(dir, CANONICAL)?;
     let findings: Option<Vec<Finding>> = read_json(dir, EXPERIMENTS)?;
@@ -129,7 +148,7 @@ pub fn rebuild(dir: &Path) -> Result<(), String> {
             let _ = writeln!(page, "- [`{file}`]({file})");
         }
     }
-    std::fs::write(dir.join("report.md"), page).map_err(|e| e.to_string())
+    write_file(&dir.join("report.md"), &page)
 }
 
 fn findings_table(page: &mut String, findings: &[Finding]) {
@@ -268,7 +287,7 @@ fn bench_table(page: &mut String, bench: &Bench) {
 /// A chart: file suffix, title, and the value it plots per second.
 type Chart = (&'static str, &'static str, fn(&crate::run::Sample) -> f64);
 
-fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Result<(), String> {
+fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Result<(), Error> {
     let _ = writeln!(page, "## Canonical workload\n");
     let _ = writeln!(
         page,
@@ -320,13 +339,22 @@ fn canonical_section(page: &mut String, dir: &Path, runs: &[RunResult]) -> Resul
             })
             .collect();
         let file = format!("canonical-{name}.svg");
-        line_chart(&dir.join(&file), title, &lines)?;
+        chart(title).write_svg(&dir.join(&file), &lines)?;
         let _ = writeln!(page, "![{title}]({file})\n");
     }
     Ok(())
 }
 
-fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), String> {
+/// The soak's charts: seconds of a run across, the title names what is plotted and its unit.
+fn chart(title: &str) -> LineChart<'_> {
+    LineChart {
+        title,
+        x_label: "seconds",
+        y_label: "",
+    }
+}
+
+fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), Error> {
     let _ = writeln!(page, "## Experiments over time\n");
     for f in findings
         .iter()
@@ -355,7 +383,7 @@ fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Resu
             "experiment-{}.svg",
             f.setting.to_lowercase().replace(' ', "-")
         );
-        line_chart(&dir.join(&file), &f.setting, &lines)?;
+        chart(&f.setting).write_svg(&dir.join(&file), &lines)?;
         let _ = writeln!(
             page,
             "### `{}`\n\n{}\n\n![{}]({file})\n",
@@ -363,61 +391,6 @@ fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Resu
         );
     }
     Ok(())
-}
-
-fn line_chart(path: &Path, title: &str, lines: &[(String, Vec<(f64, f64)>)]) -> Result<(), String> {
-    use plotters::prelude::*;
-    let x_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
-        .fold(1.0, f64::max);
-    let y_max = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 380)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let palette = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
-        RGBColor(255, 127, 14),
-        RGBColor(140, 86, 75),
-    ];
-    for (i, (name, points)) in lines.iter().enumerate() {
-        let color = palette[i % palette.len()];
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.9))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -470,13 +443,31 @@ mod tests {
         );
     }
 
+    /// The committed reports were written before knobs and spreads had their own types; they
+    /// must still load, or `soak report` cannot rebuild them.
+    #[test]
+    fn every_committed_soak_report_still_loads() {
+        let reports = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&reports).expect("reports/ exists") {
+            let dir = entry.expect("readable").path();
+            let findings: Option<Vec<Finding>> = read_json(&dir, EXPERIMENTS).expect("loads");
+            let bench: Option<Bench> = read_json(&dir, BENCH).expect("loads");
+            let canonical: Option<Vec<RunResult>> = read_json(&dir, CANONICAL).expect("loads");
+            loaded += usize::from(findings.is_some())
+                + usize::from(bench.is_some())
+                + usize::from(canonical.is_some());
+        }
+        assert!(loaded > 0, "no soak report under {}", reports.display());
+    }
+
     #[test]
     fn a_report_of_a_missing_or_empty_directory_is_an_error() {
         let dir = std::env::temp_dir().join(format!("soak-report-test-{}", std::process::id()));
-        let missing = rebuild_existing(&dir).unwrap_err();
+        let missing = rebuild_existing(&dir).unwrap_err().to_string();
         assert!(missing.contains("is not a directory"), "{missing}");
         std::fs::create_dir_all(&dir).unwrap();
-        let empty = rebuild_existing(&dir).unwrap_err();
+        let empty = rebuild_existing(&dir).unwrap_err().to_string();
         assert!(empty.contains("nothing to report"), "{empty}");
         assert!(!dir.join("report.md").exists());
         std::fs::remove_dir_all(&dir).unwrap();

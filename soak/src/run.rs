@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use queen_harness::{Knobs, Spread};
 use queen_sweeper::Config;
 use queen_sweeper::clock;
 use queen_sweeper::{Payload, TimerOp};
@@ -24,8 +25,8 @@ pub struct Workload {
     pub broker_processes: bool,
     /// SIGKILL one broker process this many seconds in.
     pub kill_one_at_s: Option<u64>,
-    /// Sweeper knobs (environment variables) for every broker.
-    pub knobs: Vec<(String, String)>,
+    /// Sweeper knobs for every broker.
+    pub knobs: Knobs,
     pub seconds: u64,
     /// After the load stops, how long the brokers get to fire what is due.
     pub drain_limit_s: u64,
@@ -70,7 +71,7 @@ impl Workload {
             brokers: 3,
             broker_processes: false,
             kill_one_at_s: None,
-            knobs: Vec::new(),
+            knobs: Knobs::new(),
             seconds,
             drain_limit_s: 20,
             timers_per_s: 300,
@@ -96,7 +97,9 @@ impl Workload {
     }
 
     pub fn config(&self) -> Result<Config, String> {
-        Config::from_vars(self.knobs.clone()).map_err(|e| format!("{}: {e}", self.label))
+        self.knobs
+            .config()
+            .map_err(|e| format!("{}: {e}", self.label))
     }
 
     /// A workload with nothing in it, to be filled by an experiment.
@@ -110,9 +113,13 @@ impl Workload {
         }
     }
 
-    pub fn knob(mut self, name: &str, value: u64) -> Workload {
-        self.knobs.retain(|(k, _)| k != name);
-        self.knobs.push((name.to_owned(), value.to_string()));
+    /// Sets the knob whose variable is `var`, replacing an earlier value.
+    ///
+    /// # Panics
+    /// When `var` is not a sweeper knob or `value` is outside its bounds: experiments name
+    /// their knobs in code, and every sweep's workloads are built by a test.
+    pub fn knob(mut self, var: &str, value: u64) -> Workload {
+        self.knobs = self.knobs.with_var(var, value);
         self
     }
 
@@ -183,31 +190,6 @@ impl RunResult {
                     / 10.0
             }
             _ => 0.0,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
-pub struct Spread {
-    pub count: u64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    pub fn of(histogram: &Histogram<u64>, scale: f64) -> Spread {
-        if histogram.is_empty() {
-            return Spread::default();
-        }
-        let at = |q: f64| (histogram.value_at_quantile(q) as f64 / scale * 10.0).round() / 10.0;
-        Spread {
-            count: histogram.len(),
-            p50: at(0.5),
-            p90: at(0.9),
-            p99: at(0.99),
-            max: (histogram.max() as f64 / scale * 10.0).round() / 10.0,
         }
     }
 }

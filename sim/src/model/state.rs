@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use queen_sweeper::{Destination, SHARD_COUNT, SwitchStates};
+use queen_sweeper::{Destination, SwitchStates, stable_shard};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -22,15 +22,8 @@ impl TimerKey {
     /// The shard of a key. The model's hash is not PostgreSQL's `hashtextextended`; only the
     /// property matters: fixed, 64 shards, spread evenly.
     pub fn shard(&self) -> u8 {
-        shard_of(&self.key)
+        stable_shard(&self.key)
     }
-}
-
-pub fn shard_of(key: &str) -> u8 {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    (hash % u64::from(SHARD_COUNT)) as u8
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -260,7 +253,7 @@ impl Tables {
         self.remove_kv(&key);
         if let Some(expires_at) = row.expires_at {
             self.kv_index
-                .insert((shard_of(&key.key), expires_at, key.clone()));
+                .insert((stable_shard(&key.key), expires_at, key.clone()));
         }
         self.kv.insert(key, row);
     }
@@ -269,7 +262,7 @@ impl Tables {
         let row = self.kv.remove(key)?;
         if let Some(expires_at) = row.expires_at {
             self.kv_index
-                .remove(&(shard_of(&key.key), expires_at, key.clone()));
+                .remove(&(stable_shard(&key.key), expires_at, key.clone()));
         }
         Some(row)
     }

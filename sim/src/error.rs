@@ -1,0 +1,41 @@
+//! The sim's one error type. A run itself does not fail with an error: a broken invariant is a
+//! failed check in the report, and a broken assumption of the model an `assert!`. What can fail
+//! is writing the results.
+
+use std::path::PathBuf;
+
+/// Why the sim could not write what it was asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The report directory could not be made.
+    #[error("cannot create the report directory {}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A report file could not be written.
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JSON could not be written to stdout.
+    #[error("cannot write the JSON to stdout")]
+    Stdout(#[source] std::io::Error),
+    /// A plot could not be drawn.
+    #[error("cannot draw a plot")]
+    Chart(#[from] queen_harness::Error),
+}
+
+/// `error` and each of its sources, one per line after the first, for a person at a terminal.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!("\n  caused by: {cause}"));
+        source = cause.source();
+    }
+    text
+}
