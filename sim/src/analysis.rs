@@ -104,7 +104,7 @@ pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
         for q in t
             .queries
             .iter()
-            .filter(|q| q.host.starts_with("broker-") && (q.kind == "probe" || q.kind == "claim"))
+            .filter(|q| q.host.starts_with("broker-") && is_polling_call(q.kind))
         {
             series[((q.at - ORIGIN_US) / bucket_us) as usize].probe_claim_per_s +=
                 1.0 / bucket_s.max(1) as f64;
@@ -139,7 +139,23 @@ pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
     })
 }
 
-/// Probe and claim calls per second of each broker within [from, to) simulated microseconds.
+/// The calls a broker repeats while it looks for work: the probe and the call that picks due
+/// rows, the claim (leased path) or the take (the default). The spin is counted over these.
+pub fn is_polling_call(kind: &str) -> bool {
+    matches!(kind, "probe" | "claim" | "take")
+}
+
+/// The polling calls ([`is_polling_call`]) of `queries`, summed over kinds.
+pub fn polling_calls(queries: &BTreeMap<String, u64>) -> u64 {
+    queries
+        .iter()
+        .filter(|(kind, _)| is_polling_call(kind))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Probe and claim-or-take calls per second of each broker within [from, to) simulated
+/// microseconds.
 pub fn probe_claim_rate(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<String, f64> {
     let seconds = (to.saturating_sub(from) as f64 / 1e6).max(1e-6);
     outcome.db.with(|t| {
@@ -149,7 +165,7 @@ pub fn probe_claim_rate(outcome: &RunOutcome, from: Us, to: Us) -> BTreeMap<Stri
             .iter()
             .filter(|q| q.at >= from && q.at < to && q.host.starts_with("broker-"))
         {
-            if q.kind == "probe" || q.kind == "claim" {
+            if is_polling_call(q.kind) {
                 *rates.entry(q.host.clone()).or_default() += 1.0;
             }
         }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use queen_harness::{Line, LineChart};
 
+use crate::analysis;
 use crate::error::Error;
 
 use crate::scenarios::ScenarioReport;
@@ -32,15 +33,13 @@ pub fn table(report: &ScenarioReport) -> String {
         "late p50",
         "late p99",
         "late max",
-        "probe+claim",
+        "probe+pick",
         "wall s",
         "sim/wall"
     );
     for run in &report.runs {
         let n = &run.numbers;
-        let probe_claim = (n.queries.get("probe").copied().unwrap_or(0)
-            + n.queries.get("claim").copied().unwrap_or(0)) as f64
-            / n.simulated_s.max(1e-9);
+        let probe_claim = analysis::polling_calls(&n.queries) as f64 / n.simulated_s.max(1e-9);
         let _ = writeln!(
             out,
             "{:<28} {:>8.1} {:>9} {:>8} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1}/s {:>8.2} {:>8.0}x",
@@ -208,14 +207,12 @@ fn page(report: &ScenarioReport, stem: &str) -> String {
 fn page_table(page: &mut String, report: &ScenarioReport) {
     let _ = writeln!(
         page,
-        "| run | scheduled | fired | stale segments | stale timers | lateness p50 ms | p99 ms | max ms | probe+claim/s |"
+        "| run | scheduled | fired | stale segments | stale timers | lateness p50 ms | p99 ms | max ms | probe+pick/s (claim or take) |"
     );
     let _ = writeln!(page, "|---|---|---|---|---|---|---|---|---|");
     for run in &report.runs {
         let n = &run.numbers;
-        let calls = (n.queries.get("probe").copied().unwrap_or(0)
-            + n.queries.get("claim").copied().unwrap_or(0)) as f64
-            / n.simulated_s.max(1e-9);
+        let calls = analysis::polling_calls(&n.queries) as f64 / n.simulated_s.max(1e-9);
         let _ = writeln!(
             page,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",

@@ -51,8 +51,8 @@ pub use admission::{Ack, Admission, Lane, LaneSizes, Maintenance, Pop, Push, Slo
 pub use classify::{Class, classify};
 pub use config::{Config, FORBIDDEN_SHARDS_VAR, Knob, knob};
 pub use cycle::{
-    FAIR_TENANTS_PER_PASS, Form, Jitter, PRESSURE_CALL_FRACTION, PassReport, Shipped, Sweeper,
-    identity_shard,
+    FAIR_TENANTS_PER_PASS, Form, Jitter, PRESSURE_CALL_FRACTION, PassReport, SLOW_PRESSURE_LEVELS,
+    Shipped, Sweeper, identity_shard,
 };
 pub use drain::failure::{
     FailedCall, PERMANENT_BACKOFF_BASE, PERMANENT_BACKOFF_MAX, TRANSIENT_BACKOFF, backoff,

@@ -1760,7 +1760,8 @@ async fn a_class_42_take_error_spends_no_attempt_touches_no_row_and_sleeps_the_c
 }
 
 #[tokio::test(start_paused = true)]
-async fn slow_takes_halve_the_batch_and_double_the_sleep_and_fast_ones_undo_it() {
+async fn slow_takes_halve_the_batch_and_double_the_sleep_down_to_the_slowness_floor_and_fast_ones_undo_it()
+ {
     let fake = FakeStore::new();
     {
         let mut script = fake.script();
@@ -1777,8 +1778,10 @@ async fn slow_takes_halve_the_batch_and_double_the_sleep_and_fast_ones_undo_it()
         ],
     );
 
+    // Four slow passes: slowness alone stops at SLOW_PRESSURE_LEVELS (2).
+    assert_eq!(queen_sweeper::SLOW_PRESSURE_LEVELS, 2);
     let mut pressured = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let report = sweeper.pass().await;
         pressured.push((report.sleep, sweeper.metrics().fire_pressure.get()));
     }
@@ -1807,26 +1810,53 @@ async fn slow_takes_halve_the_batch_and_double_the_sleep_and_fast_ones_undo_it()
     };
     assert_eq!(
         first_of_pass,
-        [64, 32, 16, 8, 16, 32],
-        "each slow pass halves the next batch; each fast one doubles it back ({sizes:?})"
+        [64, 32, 16, 16, 16, 32, 64],
+        "each slow pass halves the next batch down to a quarter; each fast one doubles it back ({sizes:?})"
     );
     assert_eq!(
         pressured,
         [
             (Duration::from_millis(10), 1),
             (Duration::from_millis(20), 2),
-            (Duration::from_millis(40), 3)
+            (Duration::from_millis(20), 2),
+            (Duration::from_millis(20), 2)
         ],
-        "the sleep after work doubles with each pressured pass"
+        "the sleep after work doubles with each pressured pass, up to four times the floor"
     );
     assert_eq!(
         relieved,
         [
-            (Duration::from_millis(20), 2),
             (Duration::from_millis(10), 1),
+            (Duration::from_millis(5), 0),
             (Duration::from_millis(5), 0)
         ],
         "and comes back to the floor"
+    );
+}
+
+#[tokio::test]
+async fn transient_failures_press_past_the_slowness_floor() {
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(3);
+        script.pool.extend(batch("k", 3));
+        // Serialization failures are transient: each pass's take fails again.
+        script.poison.push(("k0".into(), Some("40001")));
+    }
+    let mut sweeper = take_sweeper(fake, &[("QUEEN_SWEEPER_CLAIM_BATCH", "64")]);
+
+    let mut levels = Vec::new();
+    for _ in 0..4 {
+        sweeper.pass().await;
+        levels.push(sweeper.metrics().fire_pressure.get());
+    }
+
+    assert_eq!(
+        levels,
+        [1, 2, 3, 4],
+        "failures, unlike slowness, keep pressing past level {}",
+        queen_sweeper::SLOW_PRESSURE_LEVELS
     );
 }
 
