@@ -131,7 +131,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn docker_options(cli: &Cli) -> Result<DockerOptions, String> {
+fn docker_options(cli: &Cli) -> Result<DockerOptions, Error> {
     let mut options = DockerOptions::default();
     if let Some(image) = &cli.docker_image {
         options.image.clone_from(image);
@@ -142,7 +142,11 @@ fn docker_options(cli: &Cli) -> Result<DockerOptions, String> {
     match cli.docker_network.as_deref() {
         None | Some("host") => {}
         Some("bridge") => options.host_network = false,
-        Some(other) => return Err(format!("--docker-network {other:?}: use host or bridge")),
+        Some(other) => {
+            return Err(Error::Usage(format!(
+                "--docker-network {other:?}: use host or bridge"
+            )));
+        }
     }
     Ok(options)
 }

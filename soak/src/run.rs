@@ -15,6 +15,7 @@ use sqlx::Connection;
 
 use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
+use crate::error::Error;
 
 /// What a run puts on the database.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -96,10 +97,11 @@ impl Workload {
         }
     }
 
-    pub fn config(&self) -> Result<Config, String> {
-        self.knobs
-            .config()
-            .map_err(|e| format!("{}: {e}", self.label))
+    pub fn config(&self) -> Result<Config, Error> {
+        self.knobs.config().map_err(|source| Error::Knobs {
+            label: self.label.clone(),
+            source,
+        })
     }
 
     /// A workload with nothing in it, to be filled by an experiment.
@@ -270,7 +272,7 @@ impl Shared {
 #[derive(Debug)]
 struct Load {
     shared: Arc<Mutex<Shared>>,
-    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), Error>>>,
     /// When the load started, for the sampler's seconds and the run's length.
     started: std::time::Instant,
     /// The same instant on the wall clock, for the lateness the database measures.
@@ -325,11 +327,10 @@ impl Load {
     }
 
     /// Tells the loads to stop, waits for them, and hands over what they recorded.
-    async fn stop(self) -> Result<Loaded, String> {
+    async fn stop(self) -> Result<Loaded, Error> {
         self.shared.lock().expect("not poisoned").stop = true;
         for task in self.tasks {
-            task.await
-                .map_err(|e| format!("a load task panicked: {e}"))??;
+            task.await.map_err(Error::LoadPanicked)??;
         }
         let mut s = self.shared.lock().expect("not poisoned");
         Ok(Loaded {
@@ -360,7 +361,7 @@ pub struct Run<'a> {
 
 impl Run<'_> {
     /// Runs `workload` on a fresh database, and drops the database afterwards.
-    pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, String> {
+    pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, Error> {
         let db = RunDb::create(self.server_url, db_label).await?;
         let result = self.on(&db, workload).await;
         db.drop_now().await?;
@@ -369,7 +370,7 @@ impl Run<'_> {
 
     /// The run's phases in order: prepare the database, start the brokers, load and sample,
     /// stop the loads, drain, stop the brokers, then measure.
-    async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, String> {
+    async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, Error> {
         let config = w.config()?;
         let held = prepare(db, w).await?;
         let brokers = self.start_brokers(db, w, &config).await?;
@@ -405,13 +406,13 @@ impl Run<'_> {
         db: &RunDb,
         w: &Workload,
         config: &Config,
-    ) -> Result<Vec<Broker>, String> {
+    ) -> Result<Vec<Broker>, Error> {
         let mut brokers = Vec::new();
         for i in 1..=w.brokers {
             let identity = format!("soak-broker-{i}");
             brokers.push(match (w.broker_processes, self.sweeper_binary) {
                 (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
-                (true, None) => return Err("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into()),
+                (true, None) => return Err(Error::Broker("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into())),
                 (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
             });
         }
@@ -425,7 +426,7 @@ impl Run<'_> {
         db: &RunDb,
         w: &Workload,
         measured: Measured,
-    ) -> Result<RunResult, String> {
+    ) -> Result<RunResult, Error> {
         let Measured {
             mut series,
             seconds,
@@ -492,7 +493,7 @@ impl Run<'_> {
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
         shared: &Mutex<Shared>,
         started: std::time::Instant,
-    ) -> Result<Vec<Sample>, String> {
+    ) -> Result<Vec<Sample>, Error> {
         let mut series = Vec::with_capacity(w.seconds as usize);
         let mut last_lsn = db.wal_lsn().await?;
         let mut last = Counters::default();
@@ -553,7 +554,7 @@ impl Run<'_> {
         db: &RunDb,
         w: &Workload,
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         // A drain limit of 0 asks for no drain (the RSS runs stop with their backlog still due),
         // which is not worth a warning.
         if w.drain_limit_s == 0 || brokers.read().await.is_empty() {
@@ -566,7 +567,7 @@ impl Run<'_> {
             )
             .fetch_one(&db.pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db("cannot probe for due timers"))?;
             let due = probe["due"].as_i64().unwrap_or(0);
             let next = probe["nextInMs"].as_i64();
             if due == 0 && next.is_none_or(|n| n > 60_000) {
@@ -602,7 +603,7 @@ fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
 /// Puts what the workload wants on the database before any broker starts: the tables'
 /// fillfactor, the future and due backlogs, fresh statistics, and the due rows held locked
 /// (returned, open, for [`release_held`]).
-async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>, String> {
+async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>, Error> {
     if let Some(fillfactor) = w.fillfactor {
         for table in ["queen.log_timers", "queen.kv"] {
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -610,7 +611,7 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
             )))
             .execute(&db.pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db(format!("cannot set the fillfactor of {table}")))?;
         }
     }
     if w.pending_future > 0 {
@@ -636,7 +637,7 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
     sqlx::query("ANALYZE")
         .execute(&db.pool)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::db("cannot ANALYZE"))?;
     // Locked before any broker exists, so no claim can take them first.
     match w.hold_due_locked {
         0 => Ok(None),
@@ -645,11 +646,11 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
 }
 
 /// Ends the transaction that held the due rows locked, so the brokers can fire them.
-async fn release_held(mut holder: sqlx::PgConnection) -> Result<(), String> {
+async fn release_held(mut holder: sqlx::PgConnection) -> Result<(), Error> {
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut holder)
         .await
-        .map_err(|e| format!("cannot release the held rows: {e}"))?;
+        .map_err(Error::db("cannot release the held rows"))?;
     let _ = holder.close().await;
     Ok(())
 }
@@ -672,7 +673,7 @@ async fn stop_brokers(brokers: &tokio::sync::RwLock<Vec<Broker>>) -> (Counters, 
 
 /// Inserts `n` due timers (kept out of the lateness) and returns a connection whose open
 /// transaction holds every one of their rows locked.
-async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, String> {
+async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, Error> {
     db.backlog_unpromised(
         n,
         -1,
@@ -681,20 +682,20 @@ async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgCon
         "held",
     )
     .await?;
-    let fail = |e: sqlx::Error| format!("cannot hold the due rows locked: {e}");
-    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail)?;
+    let fail = || Error::db("cannot hold the due rows locked");
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail())?;
     sqlx::raw_sql("BEGIN")
         .execute(&mut holder)
         .await
-        .map_err(fail)?;
+        .map_err(fail())?;
     let locked: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE starts_with(txn, 'held-') FOR UPDATE) l",
     )
     .fetch_one(&mut holder)
     .await
-    .map_err(fail)?;
+    .map_err(fail())?;
     if locked != i64::from(n) {
-        return Err(format!("held {locked} of {n} due rows locked"));
+        return Err(Error::HeldRows { locked, wanted: n });
     }
     Ok(holder)
 }
@@ -706,7 +707,7 @@ async fn schedule_load(
     url: String,
     brokers: Arc<tokio::sync::RwLock<Vec<Broker>>>,
     shared: Arc<Mutex<Shared>>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let sql = if w.schedule_without_wake {
         Some(plain_sql_store(&url).await?)
     } else {
@@ -748,12 +749,12 @@ async fn schedule_load(
 }
 
 /// A store of its own for scheduling without a seam: one connection, a 5 s statement timeout.
-async fn plain_sql_store(url: &str) -> Result<queen_sweeper::PgStore, String> {
+async fn plain_sql_store(url: &str) -> Result<queen_sweeper::PgStore, Error> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(url)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::db("cannot connect to schedule by plain SQL"))?;
     Ok(queen_sweeper::PgStore::from_pool(
         pool,
         Duration::from_secs(5),
@@ -832,12 +833,12 @@ async fn schedule_by_broker(
     tick: u64,
     tenant: &str,
     ops: &[TimerOp],
-) -> Result<Vec<Option<i64>>, String> {
+) -> Result<Vec<Option<i64>>, Error> {
     let brokers = brokers.read().await;
     let live = brokers.len().max(1);
     match brokers.get((tick as usize) % live) {
         Some(broker) => broker.schedule(tenant, ops).await,
-        None => Err("no broker".into()),
+        None => Err(Error::Broker("no broker".into())),
     }
 }
 
@@ -846,11 +847,19 @@ async fn schedule_by_sql(
     store: &queen_sweeper::PgStore,
     tenant: &str,
     ops: &[TimerOp],
-) -> Result<Vec<Option<i64>>, String> {
+) -> Result<Vec<Option<i64>>, Error> {
     use queen_sweeper::TimerTx as _;
-    let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
-    let results = tx.apply(tenant, ops).await.map_err(|e| e.to_string())?;
-    tx.commit().await.map_err(|e| e.to_string())?;
+    let mut tx = store
+        .begin_timer_tx()
+        .await
+        .map_err(Error::sweeper("cannot begin a schedule transaction"))?;
+    let results = tx
+        .apply(tenant, ops)
+        .await
+        .map_err(Error::sweeper("the schedule was refused"))?;
+    tx.commit()
+        .await
+        .map_err(Error::sweeper("cannot commit the schedule"))?;
     Ok(results
         .iter()
         .map(|r| r.deliver_at.as_deref().and_then(crate::brokers::epoch_us))
@@ -863,10 +872,10 @@ async fn push_load(
     w: Workload,
     index: u32,
     shared: Arc<Mutex<Shared>>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut connection = sqlx::PgConnection::connect(&url)
         .await
-        .map_err(|e| format!("pusher {index}: {e}"))?;
+        .map_err(Error::db(format!("pusher {index}")))?;
     let pushes = w.seconds * u64::from(w.pushes_per_s_each);
     let gap = Duration::from_micros(1_000_000 / u64::from(w.pushes_per_s_each.max(1)));
     let payloads: Vec<Vec<u8>> = (0..w.push_batch)
@@ -891,7 +900,7 @@ async fn push_load(
             .bind(&payloads)
             .execute(&mut connection)
             .await
-            .map_err(|e| format!("pusher {index}: {e}"))?;
+            .map_err(Error::db(format!("pusher {index}")))?;
         let micros = (clock::monotonic_now() - before).as_micros() as u64;
         {
             let mut s = shared.lock().expect("not poisoned");
@@ -906,10 +915,10 @@ async fn push_load(
 }
 
 /// KV writes with TTLs at `kv_per_s`, over `kv_keys` keys.
-async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result<(), String> {
+async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result<(), Error> {
     let mut connection = sqlx::PgConnection::connect(&url)
         .await
-        .map_err(|e| format!("kv load: {e}"))?;
+        .map_err(Error::db("kv load"))?;
     let puts = w.seconds * u64::from(w.kv_per_s);
     let gap = Duration::from_micros(1_000_000 / u64::from(w.kv_per_s.max(1)));
     let started = clock::monotonic_now();
@@ -930,7 +939,7 @@ async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result
             .bind(ttl as i64)
             .execute(&mut connection)
             .await
-            .map_err(|e| format!("kv load: {e}"))?;
+            .map_err(Error::db("kv load"))?;
         let next = started + gap * (n as u32 + 1);
         tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
     }
