@@ -377,9 +377,7 @@ impl Run<'_> {
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
-        let series = self
-            .sample(db, w, &brokers, &load.shared, load.started)
-            .await?;
+        let series = self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
         if let Some(holder) = held {
             release_held(holder).await?;
