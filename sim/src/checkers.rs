@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::state::{Source, Us};
-use crate::world::RunOutcome;
+use crate::model::state::{Source, Tables, Us};
+use crate::world::{RunOutcome, Scheduled};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
@@ -31,131 +31,154 @@ fn settle_us(outcome: &RunOutcome) -> Us {
     (config.sleep_ms_max + config.lease_ms + 5_000) * 1000
 }
 
+/// Every invariant, in the order the report lists them.
 pub fn check(outcome: &RunOutcome) -> Vec<Check> {
     let log = outcome.log.lock().expect("not poisoned");
     outcome.db.with(|t| {
-        let mut fired: BTreeMap<&str, Vec<Us>> = BTreeMap::new();
-        for message in t.messages.iter().filter(|m| m.source == Source::Fire) {
-            fired
-                .entry(message.txn.as_str())
-                .or_default()
-                .push(message.created_at);
-        }
-        let dead: std::collections::BTreeSet<&str> = t.dlq.iter().map(|d| d.txn.as_str()).collect();
-
-        let mut early = Vec::new();
-        let mut duplicated = Vec::new();
-        let mut missing = Vec::new();
-        for timer in &log.scheduled {
-            let times = fired
-                .get(timer.txn.as_str())
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            if let Some(at) = times.iter().find(|at| **at < timer.deliver_at) {
-                early.push(format!(
-                    "{} fired at {at} µs, due at {} µs",
-                    timer.txn, timer.deliver_at
-                ));
-            }
-            if times.len() > 1 {
-                duplicated.push(format!("{} fired {} times", timer.txn, times.len()));
-            }
-            if times.is_empty() && !dead.contains(timer.txn.as_str()) {
-                missing.push(timer.txn.clone());
-            }
-        }
-        let settle = settle_us(outcome);
-        let stuck: Vec<String> = t
-            .timers
-            .iter()
-            .filter(|(_, row)| {
-                row.visible_at() + settle <= outcome.end_us
-                    && row.deliver_at + settle <= outcome.end_us
-            })
-            .map(|(key, row)| {
-                format!(
-                    "{}/{}/{} visible at {} µs",
-                    key.tenant,
-                    key.queue,
-                    key.key,
-                    row.visible_at()
-                )
-            })
-            .collect();
-        let live_pruned: Vec<String> = t
-            .pruned
-            .iter()
-            .filter(|p| p.expires_at > p.pruned_at)
-            .map(|p| {
-                format!(
-                    "{} expired at {} µs, pruned at {} µs",
-                    p.key.key, p.expires_at, p.pruned_at
-                )
-            })
-            .collect();
-        let mut offsets: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for message in &t.messages {
-            offsets
-                .entry(message.partition_id)
-                .or_default()
-                .push(message.offset);
-        }
-        let gaps: Vec<String> = offsets
-            .iter()
-            .filter_map(|(id, list)| {
-                let mut sorted = list.clone();
-                sorted.sort_unstable();
-                let dense = sorted.iter().enumerate().all(|(i, o)| *o == i as u64);
-                (!dense).then(|| format!("partition {id} offsets are not 0..{}", sorted.len()))
-            })
-            .collect();
-
-        let scheduled = log.scheduled.len();
-        let stopped: Vec<String> = outcome.failure.iter().cloned().collect();
-        vec![
-            verdict(
-                "ran_to_the_end",
-                &stopped,
-                format!(
-                    "ran {} simulated ms",
-                    (outcome.end_us - crate::time::ORIGIN_US) / 1000
-                ),
-            ),
-            verdict(
-                "never_early",
-                &early,
-                format!("{scheduled} timers, none fired before its deliver_at"),
-            ),
-            verdict(
-                "exactly_once",
-                &duplicated,
-                format!("{scheduled} timers, none fired twice"),
-            ),
-            verdict(
-                "all_fired",
-                &missing,
-                format!("{scheduled} timers, every one fired or dead-lettered"),
-            ),
-            verdict(
-                "nothing_left_due",
-                &stuck,
-                format!(
-                    "no timer visible for more than {} ms at the end",
-                    settle / 1000
-                ),
-            ),
-            verdict(
-                "no_live_kv_pruned",
-                &live_pruned,
-                format!("{} rows pruned, all expired", t.pruned.len()),
-            ),
-            verdict(
-                "dense_offsets",
-                &gaps,
-                format!("{} partitions, offsets 0..N-1 each", offsets.len()),
-            ),
-        ]
+        let mut checks = vec![ran_to_the_end(outcome)];
+        checks.extend(fire_checks(t, &log.scheduled));
+        checks.push(nothing_left_due(t, outcome));
+        checks.push(no_live_kv_pruned(t));
+        checks.push(dense_offsets(t));
+        checks
     })
+}
+
+fn ran_to_the_end(outcome: &RunOutcome) -> Check {
+    let stopped: Vec<String> = outcome.failure.iter().cloned().collect();
+    verdict(
+        "ran_to_the_end",
+        &stopped,
+        format!(
+            "ran {} simulated ms",
+            (outcome.end_us - crate::time::ORIGIN_US) / 1000
+        ),
+    )
+}
+
+/// `never_early`, `exactly_once` and `all_fired`: each scheduled timer against the messages its
+/// fires wrote (a dead-lettered timer need not fire).
+fn fire_checks(t: &Tables, scheduled: &[Scheduled]) -> [Check; 3] {
+    let mut fired: BTreeMap<&str, Vec<Us>> = BTreeMap::new();
+    for message in t.messages.iter().filter(|m| m.source == Source::Fire) {
+        fired
+            .entry(message.txn.as_str())
+            .or_default()
+            .push(message.created_at);
+    }
+    let dead: std::collections::BTreeSet<&str> = t.dlq.iter().map(|d| d.txn.as_str()).collect();
+
+    let mut early = Vec::new();
+    let mut duplicated = Vec::new();
+    let mut missing = Vec::new();
+    for timer in scheduled {
+        let times = fired
+            .get(timer.txn.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        if let Some(at) = times.iter().find(|at| **at < timer.deliver_at) {
+            early.push(format!(
+                "{} fired at {at} µs, due at {} µs",
+                timer.txn, timer.deliver_at
+            ));
+        }
+        if times.len() > 1 {
+            duplicated.push(format!("{} fired {} times", timer.txn, times.len()));
+        }
+        if times.is_empty() && !dead.contains(timer.txn.as_str()) {
+            missing.push(timer.txn.clone());
+        }
+    }
+    let count = scheduled.len();
+    [
+        verdict(
+            "never_early",
+            &early,
+            format!("{count} timers, none fired before its deliver_at"),
+        ),
+        verdict(
+            "exactly_once",
+            &duplicated,
+            format!("{count} timers, none fired twice"),
+        ),
+        verdict(
+            "all_fired",
+            &missing,
+            format!("{count} timers, every one fired or dead-lettered"),
+        ),
+    ]
+}
+
+/// No timer row is still visible and due more than [`settle_us`] before the run's end.
+fn nothing_left_due(t: &Tables, outcome: &RunOutcome) -> Check {
+    let settle = settle_us(outcome);
+    let stuck: Vec<String> = t
+        .timers
+        .iter()
+        .filter(|(_, row)| {
+            row.visible_at() + settle <= outcome.end_us && row.deliver_at + settle <= outcome.end_us
+        })
+        .map(|(key, row)| {
+            format!(
+                "{}/{}/{} visible at {} µs",
+                key.tenant,
+                key.queue,
+                key.key,
+                row.visible_at()
+            )
+        })
+        .collect();
+    verdict(
+        "nothing_left_due",
+        &stuck,
+        format!(
+            "no timer visible for more than {} ms at the end",
+            settle / 1000
+        ),
+    )
+}
+
+fn no_live_kv_pruned(t: &Tables) -> Check {
+    let live_pruned: Vec<String> = t
+        .pruned
+        .iter()
+        .filter(|p| p.expires_at > p.pruned_at)
+        .map(|p| {
+            format!(
+                "{} expired at {} µs, pruned at {} µs",
+                p.key.key, p.expires_at, p.pruned_at
+            )
+        })
+        .collect();
+    verdict(
+        "no_live_kv_pruned",
+        &live_pruned,
+        format!("{} rows pruned, all expired", t.pruned.len()),
+    )
+}
+
+fn dense_offsets(t: &Tables) -> Check {
+    let mut offsets: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for message in &t.messages {
+        offsets
+            .entry(message.partition_id)
+            .or_default()
+            .push(message.offset);
+    }
+    let gaps: Vec<String> = offsets
+        .iter()
+        .filter_map(|(id, list)| {
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            let dense = sorted.iter().enumerate().all(|(i, o)| *o == i as u64);
+            (!dense).then(|| format!("partition {id} offsets are not 0..{}", sorted.len()))
+        })
+        .collect();
+    verdict(
+        "dense_offsets",
+        &gaps,
+        format!("{} partitions, offsets 0..N-1 each", offsets.len()),
+    )
 }
 
 fn verdict(name: &'static str, offenders: &[String], ok: String) -> Check {

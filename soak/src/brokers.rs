@@ -16,6 +16,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::Error;
+
 /// What a broker has done so far, from its metrics.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
@@ -112,15 +114,16 @@ impl std::fmt::Debug for Broker {
 const POOL_SIZE: u32 = 4;
 
 impl Broker {
-    pub async fn in_process(url: &str, config: Config, identity: &str) -> Result<Broker, String> {
-        let options = connect_options(url, config.statement_timeout(), identity)
-            .map_err(|e| e.to_string())?;
+    pub async fn in_process(url: &str, config: Config, identity: &str) -> Result<Broker, Error> {
+        let options = connect_options(url, config.statement_timeout(), identity).map_err(
+            Error::sweeper(format!("broker {identity}: the database URL is not usable")),
+        )?;
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await
-            .map_err(|e| format!("broker {identity} cannot connect: {e}"))?;
+            .map_err(Error::db(format!("broker {identity} cannot connect")))?;
         let store = Arc::new(PgStore::from_pool(pool, config.statement_timeout()));
         let sweeper = Sweeper::new(store.clone(), config, identity);
         Ok(Broker::InProcess {
@@ -138,7 +141,7 @@ impl Broker {
         url: &str,
         knobs: &queen_harness::Knobs,
         identity: &str,
-    ) -> Result<Broker, String> {
+    ) -> Result<Broker, Error> {
         let port = crate::provider::free_loopback_port()?;
         let listen = format!("127.0.0.1:{port}");
         let mut command = tokio::process::Command::new(binary);
@@ -160,13 +163,14 @@ impl Broker {
         for (var, value) in knobs.env() {
             command.env(var, value);
         }
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let child = command.spawn().map_err(|source| Error::Spawn {
+            path: binary.to_owned(),
+            source,
+        })?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::http("cannot make an HTTP client"))?;
         let broker = Broker::Process {
             child,
             listen: listen.clone(),
@@ -184,10 +188,10 @@ impl Broker {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Err(format!(
+        Err(Error::Broker(format!(
             "broker {identity} ({}) did not answer /healthz within 10 s",
             binary.display()
-        ))
+        )))
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -211,23 +215,25 @@ impl Broker {
 
     /// Schedules `ops` for `tenant` through this broker's seam (in-process) or its HTTP API,
     /// and returns each op's promised delivery instant, epoch microseconds (None when refused).
-    pub async fn schedule(
-        &self,
-        tenant: &str,
-        ops: &[TimerOp],
-    ) -> Result<Vec<Option<i64>>, String> {
+    pub async fn schedule(&self, tenant: &str, ops: &[TimerOp]) -> Result<Vec<Option<i64>>, Error> {
         match self {
             Broker::InProcess { seam, store, .. } => {
-                let mut tx = seam.begin(store.begin_timer_tx().await.map_err(|e| e.to_string())?);
+                let opened = store
+                    .begin_timer_tx()
+                    .await
+                    .map_err(Error::sweeper("cannot begin a schedule transaction"))?;
+                let mut tx = seam.begin(opened);
                 let results = tx
                     .apply(tenant, ops, clock::tokio_now())
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(Error::sweeper("the schedule was refused"))?;
                 let promised = results
                     .iter()
                     .map(|r| r.deliver_at.as_deref().and_then(epoch_us))
                     .collect();
-                tx.commit().await.map_err(|e| e.to_string())?;
+                tx.commit()
+                    .await
+                    .map_err(Error::sweeper("cannot commit the schedule"))?;
                 Ok(promised)
             }
             Broker::Process { listen, client, .. } => {
@@ -238,15 +244,17 @@ impl Broker {
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(Error::http(format!("cannot schedule through {listen}")))?;
                 if !response.status().is_success() {
-                    return Err(format!(
+                    return Err(Error::Broker(format!(
                         "{}: {}",
                         response.status(),
                         response.text().await.unwrap_or_default()
-                    ));
+                    )));
                 }
-                let answer: serde_json::Value = response.json().await.map_err(|e| e.to_string())?;
+                let answer: serde_json::Value = response.json().await.map_err(Error::http(
+                    format!("the schedule answer of {listen} is not JSON"),
+                ))?;
                 Ok(answer["results"]
                     .as_array()
                     .map(|results| {
@@ -261,10 +269,12 @@ impl Broker {
     }
 
     /// SIGKILL (process brokers only): no shutdown, no goodbye; its claims wait for their lease.
-    pub fn kill(&mut self) -> Result<(), String> {
+    pub fn kill(&mut self) -> Result<(), Error> {
         match self {
-            Broker::Process { child, .. } => child.start_kill().map_err(|e| e.to_string()),
-            Broker::InProcess { .. } => Err("only a broker process can be killed".to_owned()),
+            Broker::Process { child, .. } => child.start_kill().map_err(Error::Kill),
+            Broker::InProcess { .. } => Err(Error::Broker(
+                "only a broker process can be killed".to_owned(),
+            )),
         }
     }
 

@@ -131,7 +131,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn docker_options(cli: &Cli) -> Result<DockerOptions, String> {
+fn docker_options(cli: &Cli) -> Result<DockerOptions, Error> {
     let mut options = DockerOptions::default();
     if let Some(image) = &cli.docker_image {
         options.image.clone_from(image);
@@ -142,7 +142,11 @@ fn docker_options(cli: &Cli) -> Result<DockerOptions, String> {
     match cli.docker_network.as_deref() {
         None | Some("host") => {}
         Some("bridge") => options.host_network = false,
-        Some(other) => return Err(format!("--docker-network {other:?}: use host or bridge")),
+        Some(other) => {
+            return Err(Error::Usage(format!(
+                "--docker-network {other:?}: use host or bridge"
+            )));
+        }
     }
     Ok(options)
 }
@@ -167,13 +171,7 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         "soak: PostgreSQL from {:?}: {}",
         database.provider, database.description
     );
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&database.url)
-        .await
-        .map_err(Error::db("cannot connect"))?;
-    let rig = Rig::read(&admin, &format!("{:?}", database.provider).to_lowercase()).await?;
-    admin.close().await;
+    let rig = read_rig(&database).await?;
     eprintln!("soak: rig {}", rig.describe());
     let binary = sweeper_binary();
     let run = Run {
@@ -181,14 +179,7 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         sweeper_binary: binary.as_deref(),
         quiet: false,
     };
-    let date = chrono::DateTime::from_timestamp(
-        queen_sweeper::clock::wall_since_epoch().as_secs() as i64,
-        0,
-    )
-    .map_or_else(
-        || "unknown-date".to_owned(),
-        |d| d.format("%Y-%m-%d").to_string(),
-    );
+    let date = today();
     let out = cli
         .out
         .clone()
@@ -197,51 +188,11 @@ async fn soak(cli: Cli) -> Result<(), Error> {
     match (&cli.command, cli.smoke) {
         (_, true) => smoke(&run, &rig, &date, binary.is_some()).await,
         (Some(Command::Experiments { only }), _) => {
-            let mut findings = experiments::run_all(
-                &run,
-                Scale {
-                    seconds: cli.seconds.unwrap_or(18),
-                },
-                only.as_deref(),
-                (&date, &rig),
-            )
-            .await?;
-            if only.is_some() {
-                // Keep the other settings' findings of an earlier run in the same directory.
-                findings = report::merge_findings(&out, findings)?;
-            }
-            let emitted = blocks::blocks(&findings, &rig, &date);
-            report::write_json(&out, report::RIG, &rig)?;
-            report::write_json(&out, report::EXPERIMENTS, &findings)?;
-            report::write_file(
-                &out.join("blocks.sql"),
-                &blocks::file_text(&emitted, &rig, &date),
-            )?;
-            report::rebuild(&out)?;
-            for f in &findings {
-                println!(
-                    "{} (shipped {}): edge {:?}, shipped safe: {}; {}",
-                    f.setting, f.shipped, f.threshold, f.shipped_ok, f.observed
-                );
-            }
-            println!(
-                "wrote {} blocks and the report to {}",
-                emitted.len(),
-                out.display()
-            );
-            Ok(())
+            let seconds = cli.seconds.unwrap_or(18);
+            run_experiments(&run, seconds, only.as_deref(), (&date, &rig), &out).await
         }
         (Some(Command::Bench), _) => {
-            let bench = queen_soak::bench::run(&run, cli.seconds.unwrap_or(30), &date).await?;
-            report::write_json(&out, report::RIG, &rig)?;
-            report::write_json(&out, report::BENCH, &bench)?;
-            report::rebuild(&out)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&bench).expect("the bench serialises")
-            );
-            println!("wrote the bench to {}", out.display());
-            Ok(())
+            run_bench(&run, cli.seconds.unwrap_or(30), (&date, &rig), &out).await
         }
         (Some(Command::ApplyBlocks { .. } | Command::Report { .. }), _) => {
             unreachable!("handled before the runtime starts")
@@ -257,6 +208,81 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             check_delivery(&runs)
         }
     }
+}
+
+/// The machine and the server the measurements are taken on, read over a connection of its own.
+async fn read_rig(database: &provider::Database) -> Result<Rig, Error> {
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&database.url)
+        .await
+        .map_err(Error::db("cannot connect"))?;
+    let rig = Rig::read(&admin, &format!("{:?}", database.provider).to_lowercase()).await?;
+    admin.close().await;
+    Ok(rig)
+}
+
+/// Today's date on the wall clock, `YYYY-MM-DD`, for report directories and dated blocks.
+fn today() -> String {
+    chrono::DateTime::from_timestamp(queen_sweeper::clock::wall_since_epoch().as_secs() as i64, 0)
+        .map_or_else(
+            || "unknown-date".to_owned(),
+            |d| d.format("%Y-%m-%d").to_string(),
+        )
+}
+
+/// `soak experiments`: the sweeps, then their findings, blocks and report in `out`.
+async fn run_experiments(
+    run: &Run<'_>,
+    seconds: u64,
+    only: Option<&str>,
+    (date, rig): (&str, &Rig),
+    out: &Path,
+) -> Result<(), Error> {
+    let mut findings = experiments::run_all(run, Scale { seconds }, only, (date, rig)).await?;
+    if only.is_some() {
+        // Keep the other settings' findings of an earlier run in the same directory.
+        findings = report::merge_findings(out, findings)?;
+    }
+    let emitted = blocks::blocks(&findings, rig, date);
+    report::write_json(out, report::RIG, rig)?;
+    report::write_json(out, report::EXPERIMENTS, &findings)?;
+    report::write_file(
+        &out.join("blocks.sql"),
+        &blocks::file_text(&emitted, rig, date),
+    )?;
+    report::rebuild(out)?;
+    for f in &findings {
+        println!(
+            "{} (shipped {}): edge {:?}, shipped safe: {}; {}",
+            f.setting, f.shipped, f.threshold, f.shipped_ok, f.observed
+        );
+    }
+    println!(
+        "wrote {} blocks and the report to {}",
+        emitted.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// `soak bench`: the bench, printed and written with the report in `out`.
+async fn run_bench(
+    run: &Run<'_>,
+    seconds: u64,
+    (date, rig): (&str, &Rig),
+    out: &Path,
+) -> Result<(), Error> {
+    let bench = queen_soak::bench::run(run, seconds, date).await?;
+    report::write_json(out, report::RIG, rig)?;
+    report::write_json(out, report::BENCH, &bench)?;
+    report::rebuild(out)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&bench).expect("the bench serialises")
+    );
+    println!("wrote the bench to {}", out.display());
+    Ok(())
 }
 
 /// The canonical workload, and the same pushes without a sweeper for the push p99 impact.

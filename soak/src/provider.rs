@@ -15,6 +15,8 @@ use queen_testdb::cluster::{ClusterOptions, Listen, LocalCluster};
 use serde::Serialize;
 use sqlx::Connection;
 
+use crate::error::{self, Error};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProviderKind {
@@ -23,6 +25,7 @@ pub enum ProviderKind {
     Local,
 }
 
+/// Parsed by clap, whose parsers answer a message: hence `String`, not [`Error`].
 impl FromStr for ProviderKind {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
@@ -90,7 +93,7 @@ pub async fn provide(
     forced: Option<ProviderKind>,
     url: Option<String>,
     docker_options: &DockerOptions,
-) -> Result<Database, String> {
+) -> Result<Database, Error> {
     let order: Vec<ProviderKind> = match forced {
         Some(kind) => vec![kind],
         None if url.is_some() => vec![ProviderKind::Url],
@@ -101,9 +104,11 @@ pub async fn provide(
         let attempt = match kind {
             ProviderKind::Url => match &url {
                 Some(url) => from_url(url).await,
-                None => Err("--provider url needs --database-url or DATABASE_URL".to_owned()),
+                None => Err(Error::Usage(
+                    "--provider url needs --database-url or DATABASE_URL".to_owned(),
+                )),
             },
-            ProviderKind::Docker => docker::start(docker_options).await,
+            ProviderKind::Docker => docker::start(docker_options).await.map_err(Error::Docker),
             ProviderKind::Local => local().await,
         };
         match attempt {
@@ -114,18 +119,24 @@ pub async fn provide(
                 return Ok(database);
             }
             Err(reason) if forced.is_none() => {
+                let reason = error::one_line(&reason);
                 reasons.push(format!("provider {kind:?} skipped: {reason}"));
             }
-            Err(reason) => return Err(format!("provider {kind:?} cannot start: {reason}")),
+            Err(reason) => {
+                return Err(Error::Provider {
+                    kind,
+                    source: Box::new(reason),
+                });
+            }
         }
     }
-    Err(reasons.join("; "))
+    Err(Error::NoProvider(reasons))
 }
 
-async fn from_url(url: &str) -> Result<Database, String> {
+async fn from_url(url: &str) -> Result<Database, Error> {
     let connection = sqlx::PgConnection::connect(url)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(Error::db("cannot connect"))?;
     let _ = connection.close().await;
     Ok(Database {
         url: url.to_owned(),
@@ -149,7 +160,7 @@ fn local_options(port: u16) -> ClusterOptions {
 
 /// Starts a local cluster on a thread that lives as long as the process (the server is bound to
 /// its starting thread by PR_SET_PDEATHSIG).
-async fn local() -> Result<Database, String> {
+async fn local() -> Result<Database, Error> {
     let port = free_loopback_port()?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let keeper = std::thread::Builder::new()
@@ -173,10 +184,11 @@ async fn local() -> Result<Database, String> {
                 }
             }
         })
-        .map_err(|e| format!("cannot spawn the cluster thread: {e}"))?;
+        .map_err(Error::ClusterThread)?;
     let ((url, version, pid), keep) = receiver
         .await
-        .map_err(|_| "the cluster thread died".to_owned())??;
+        .map_err(|_| Error::Cluster("the cluster thread died".to_owned()))?
+        .map_err(Error::Cluster)?;
     Ok(Database {
         url,
         provider: ProviderKind::Local,
@@ -205,11 +217,8 @@ impl Drop for KeepAlive {
     }
 }
 
-pub fn free_loopback_port() -> Result<u16, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("no free loopback port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
+/// A loopback port free this instant (the OS picks it; it is free again once this returns).
+pub fn free_loopback_port() -> Result<u16, Error> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::Port)?;
+    listener.local_addr().map(|a| a.port()).map_err(Error::Port)
 }

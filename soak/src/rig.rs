@@ -4,6 +4,8 @@
 use serde::Serialize;
 use sqlx::PgPool;
 
+use crate::error::Error;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Rig {
     pub cores: usize,
@@ -18,18 +20,18 @@ pub struct Rig {
 }
 
 impl Rig {
-    pub async fn read(pool: &PgPool, provider: &str) -> Result<Rig, String> {
+    pub async fn read(pool: &PgPool, provider: &str) -> Result<Rig, Error> {
         let setting = |name: &'static str| async move {
             sqlx::query_scalar::<_, String>("SELECT current_setting($1)")
                 .bind(name)
                 .fetch_one(pool)
                 .await
-                .map_err(|e| format!("cannot read {name}: {e}"))
+                .map_err(Error::db(format!("cannot read {name}")))
         };
         let server_version: String = sqlx::query_scalar("SELECT version()")
             .fetch_one(pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db("cannot read the server version"))?;
         let num: String = setting("server_version_num").await?;
         Ok(Rig {
             cores: std::thread::available_parallelism().map_or(1, usize::from),

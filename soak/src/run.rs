@@ -15,6 +15,7 @@ use sqlx::Connection;
 
 use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
+use crate::error::Error;
 
 /// What a run puts on the database.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -96,10 +97,11 @@ impl Workload {
         }
     }
 
-    pub fn config(&self) -> Result<Config, String> {
-        self.knobs
-            .config()
-            .map_err(|e| format!("{}: {e}", self.label))
+    pub fn config(&self) -> Result<Config, Error> {
+        self.knobs.config().map_err(|source| Error::Knobs {
+            label: self.label.clone(),
+            source,
+        })
     }
 
     /// A workload with nothing in it, to be filled by an experiment.
@@ -239,93 +241,59 @@ pub struct RunResult {
 }
 
 /// What the load generators share with the sampler.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     promised_txns: Vec<String>,
     promised_at_us: Vec<i64>,
     schedule_failures: u64,
-    push_latency_us: Option<Histogram<u64>>,
-    push_second: Option<Histogram<u64>>,
+    /// Every push of the run.
+    push_latency_us: Histogram<u64>,
+    /// The pushes since the sampler last looked.
+    push_second: Histogram<u64>,
     pushes_total: u64,
     stop: bool,
 }
 
-#[derive(Debug)]
-pub struct Run<'a> {
-    pub server_url: &'a str,
-    pub sweeper_binary: Option<&'a std::path::Path>,
-    pub quiet: bool,
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            promised_txns: Vec::new(),
+            promised_at_us: Vec::new(),
+            schedule_failures: 0,
+            push_latency_us: histogram(),
+            push_second: histogram(),
+            pushes_total: 0,
+            stop: false,
+        }
+    }
 }
 
-impl Run<'_> {
-    /// Runs `workload` on a fresh database, and drops the database afterwards.
-    pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, String> {
-        let db = RunDb::create(self.server_url, db_label).await?;
-        let result = self.on(&db, workload).await;
-        db.drop_now().await?;
-        result
-    }
+/// The load phase while it runs: the load tasks and what they share with the sampler.
+#[derive(Debug)]
+struct Load {
+    shared: Arc<Mutex<Shared>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), Error>>>,
+    /// When the load started, for the sampler's seconds and the run's length.
+    started: std::time::Instant,
+    /// The same instant on the wall clock, for the lateness the database measures.
+    start_epoch_s: f64,
+}
 
-    async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, String> {
-        let config = w.config()?;
-        if let Some(fillfactor) = w.fillfactor {
-            for table in ["queen.log_timers", "queen.kv"] {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "ALTER TABLE {table} SET (fillfactor = {fillfactor})"
-                )))
-                .execute(&db.pool)
-                .await
-                .map_err(|e| e.to_string())?;
-            }
-        }
-        if w.pending_future > 0 {
-            db.backlog_unpromised(
-                w.pending_future,
-                7 * 24 * 3_600_000,
-                w.payload_bytes,
-                (w.tenants, w.queues, w.partitions),
-                "future",
-            )
-            .await?;
-        }
-        if w.backlog > 0 {
-            db.backlog(
-                w.backlog,
-                -1,
-                w.payload_bytes,
-                (w.tenants, w.queues, w.partitions),
-                "backlog",
-            )
-            .await?;
-        }
-        sqlx::query("ANALYZE")
-            .execute(&db.pool)
-            .await
-            .map_err(|e| e.to_string())?;
-        // Locked before any broker exists, so no claim can take them first.
-        let held = match w.hold_due_locked {
-            0 => None,
-            n => Some(hold_due_locked(db, w, n).await?),
-        };
+/// What the load phase leaves once its tasks are done.
+#[derive(Debug)]
+struct Loaded {
+    /// The timers the brokers promised, with the instant each promised (epoch µs).
+    promised_txns: Vec<String>,
+    promised_at_us: Vec<i64>,
+    push_latency_us: Histogram<u64>,
+}
 
-        let mut brokers = Vec::new();
-        for i in 1..=w.brokers {
-            let identity = format!("soak-broker-{i}");
-            brokers.push(match (w.broker_processes, self.sweeper_binary) {
-                (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
-                (true, None) => return Err("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into()),
-                (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
-            });
-        }
-        let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
-        let shared = Arc::new(Mutex::new(Shared {
-            push_latency_us: Some(histogram()),
-            push_second: Some(histogram()),
-            ..Shared::default()
-        }));
+impl Load {
+    /// Starts the schedule, push and KV loads the workload asks for.
+    fn start(db: &RunDb, w: &Workload, brokers: &Arc<tokio::sync::RwLock<Vec<Broker>>>) -> Load {
+        let shared = Arc::new(Mutex::new(Shared::new()));
         let started = clock::monotonic_now();
         let start_epoch_s = clock::wall_since_epoch().as_secs_f64();
-
         let mut tasks = Vec::new();
         if w.timers_per_s > 0 {
             tasks.push(tokio::spawn(schedule_load(
@@ -350,67 +318,121 @@ impl Run<'_> {
                 shared.clone(),
             )));
         }
-        let series = self.sample(db, w, &brokers, &shared, started).await?;
-        shared.lock().expect("not poisoned").stop = true;
-        for task in tasks {
-            task.await
-                .map_err(|e| format!("a load task panicked: {e}"))??;
+        Load {
+            shared,
+            tasks,
+            started,
+            start_epoch_s,
         }
-        if let Some(mut holder) = held {
-            sqlx::raw_sql("ROLLBACK")
-                .execute(&mut holder)
-                .await
-                .map_err(|e| format!("cannot release the held rows: {e}"))?;
-            let _ = holder.close().await;
+    }
+
+    /// Tells the loads to stop, waits for them, and hands over what they recorded.
+    async fn stop(self) -> Result<Loaded, Error> {
+        self.shared.lock().expect("not poisoned").stop = true;
+        for task in self.tasks {
+            task.await.map_err(Error::LoadPanicked)??;
+        }
+        let mut s = self.shared.lock().expect("not poisoned");
+        Ok(Loaded {
+            promised_txns: std::mem::take(&mut s.promised_txns),
+            promised_at_us: std::mem::take(&mut s.promised_at_us),
+            push_latency_us: std::mem::replace(&mut s.push_latency_us, histogram()),
+        })
+    }
+}
+
+/// What a run measured from its own side, for [`Run::finish`] to join with the database's.
+#[derive(Debug)]
+struct Measured {
+    series: Vec<Sample>,
+    seconds: f64,
+    start_epoch_s: f64,
+    counters: Counters,
+    push_latency_us: Histogram<u64>,
+    broker_peak_rss_kib: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Run<'a> {
+    pub server_url: &'a str,
+    pub sweeper_binary: Option<&'a std::path::Path>,
+    pub quiet: bool,
+}
+
+impl Run<'_> {
+    /// Runs `workload` on a fresh database, and drops the database afterwards.
+    pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, Error> {
+        let db = RunDb::create(self.server_url, db_label).await?;
+        let result = self.on(&db, workload).await;
+        db.drop_now().await?;
+        result
+    }
+
+    /// The run's phases in order: prepare the database, start the brokers, load and sample,
+    /// stop the loads, drain, stop the brokers, then measure.
+    async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, Error> {
+        let config = w.config()?;
+        let held = prepare(db, w).await?;
+        let brokers = self.start_brokers(db, w, &config).await?;
+        let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
+        let load = Load::start(db, w, &brokers);
+        let (started, start_epoch_s) = (load.started, load.start_epoch_s);
+        let series = self.sample(db, w, &brokers, &load.shared, started).await?;
+        let loaded = load.stop().await?;
+        if let Some(holder) = held {
+            release_held(holder).await?;
         }
         self.drain(db, w, &brokers).await?;
         let seconds = (clock::monotonic_now() - started).as_secs_f64();
-
-        let mut counters = Counters::default();
-        let mut peak_rss = None;
-        for broker in brokers.read().await.iter() {
-            counters.add(&broker.counters().await);
-            if let Some((_, peak)) = broker.pid().and_then(crate::rig::rss_kib) {
-                peak_rss = Some(peak_rss.unwrap_or(0).max(peak));
-            }
-        }
-        for broker in std::mem::take(&mut *brokers.write().await) {
-            broker.stop().await;
-        }
-        let (txns, ats, push_latency) = {
-            let mut s = shared.lock().expect("not poisoned");
-            (
-                std::mem::take(&mut s.promised_txns),
-                std::mem::take(&mut s.promised_at_us),
-                s.push_latency_us.take().expect("set"),
-            )
-        };
-        db.record_expected(&txns, &ats).await?;
-        self.finish(
-            db,
-            w,
-            counters,
-            push_latency,
+        let (counters, broker_peak_rss_kib) = stop_brokers(&brokers).await;
+        db.record_expected(&loaded.promised_txns, &loaded.promised_at_us)
+            .await?;
+        let measured = Measured {
             series,
             seconds,
             start_epoch_s,
-            peak_rss,
-        )
-        .await
+            counters,
+            push_latency_us: loaded.push_latency_us,
+            broker_peak_rss_kib,
+        };
+        self.finish(db, w, measured).await
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts the workload's brokers: `queen-sweeper serve` processes or in this process.
+    async fn start_brokers(
+        &self,
+        db: &RunDb,
+        w: &Workload,
+        config: &Config,
+    ) -> Result<Vec<Broker>, Error> {
+        let mut brokers = Vec::new();
+        for i in 1..=w.brokers {
+            let identity = format!("soak-broker-{i}");
+            brokers.push(match (w.broker_processes, self.sweeper_binary) {
+                (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
+                (true, None) => return Err(Error::Broker("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into())),
+                (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
+            });
+        }
+        Ok(brokers)
+    }
+
+    /// Joins what the run measured with what the database measured: lateness, delivery
+    /// faults, sizes, the fire span.
     async fn finish(
         &self,
         db: &RunDb,
         w: &Workload,
-        counters: Counters,
-        push_latency: Histogram<u64>,
-        mut series: Vec<Sample>,
-        seconds: f64,
-        start_epoch_s: f64,
-        broker_peak_rss_kib: Option<u64>,
-    ) -> Result<RunResult, String> {
+        measured: Measured,
+    ) -> Result<RunResult, Error> {
+        let Measured {
+            mut series,
+            seconds,
+            start_epoch_s,
+            counters,
+            push_latency_us,
+            broker_peak_rss_kib,
+        } = measured;
         let late = db.lateness(start_epoch_s).await?;
         let mut overall = histogram();
         let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
@@ -447,7 +469,7 @@ impl Run<'_> {
             fired_per_s: (counters.fired as f64 / seconds.max(1e-9) * 10.0).round() / 10.0,
             counters,
             lateness_ms: Spread::of(&overall, 1000.0),
-            push_latency_ms: Spread::of(&push_latency, 1000.0),
+            push_latency_ms: Spread::of(&push_latency_us, 1000.0),
             wal_bytes_per_s: wal.round(),
             queries_per_s_per_broker,
             sizes_end: db.sizes().await?,
@@ -469,7 +491,7 @@ impl Run<'_> {
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
         shared: &Mutex<Shared>,
         started: std::time::Instant,
-    ) -> Result<Vec<Sample>, String> {
+    ) -> Result<Vec<Sample>, Error> {
         let mut series = Vec::with_capacity(w.seconds as usize);
         let mut last_lsn = db.wal_lsn().await?;
         let mut last = Counters::default();
@@ -491,7 +513,7 @@ impl Run<'_> {
             let sizes = db.sizes().await?;
             let (push_p99, pushes) = {
                 let mut s = shared.lock().expect("not poisoned");
-                let second = s.push_second.replace(histogram()).expect("set");
+                let second = std::mem::replace(&mut s.push_second, histogram());
                 (Spread::of(&second, 1000.0).p99, s.pushes_total)
             };
             let calls = |c: &Counters| {
@@ -514,18 +536,7 @@ impl Run<'_> {
                 expired_not_pruned: now.expired_not_pruned,
             };
             if !self.quiet && t % 5 == 0 {
-                eprintln!(
-                    "soak: {} t={t}s/{}s fired {} ({:.0}/s) stale segments {} push p99 {:.1} ms WAL {:.1} MB/s pending {} expired-not-pruned {}",
-                    w.label,
-                    w.seconds,
-                    now.fired,
-                    sample.fired_per_s,
-                    now.stale_segments,
-                    sample.push_p99_ms,
-                    sample.wal_bytes_per_s / 1e6,
-                    sample.pending_timers,
-                    sample.expired_not_pruned
-                );
+                print_progress(w, &now, &sample);
             }
             last_lsn = lsn;
             last = now;
@@ -541,7 +552,7 @@ impl Run<'_> {
         db: &RunDb,
         w: &Workload,
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         // A drain limit of 0 asks for no drain (the RSS runs stop with their backlog still due),
         // which is not worth a warning.
         if w.drain_limit_s == 0 || brokers.read().await.is_empty() {
@@ -554,7 +565,7 @@ impl Run<'_> {
             )
             .fetch_one(&db.pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Error::db("cannot probe for due timers"))?;
             let due = probe["due"].as_i64().unwrap_or(0);
             let next = probe["nextInMs"].as_i64();
             if due == 0 && next.is_none_or(|n| n > 60_000) {
@@ -570,9 +581,97 @@ impl Run<'_> {
     }
 }
 
+/// Progress on stderr: the run's totals so far and its latest second.
+fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
+    eprintln!(
+        "soak: {} t={}s/{}s fired {} ({:.0}/s) stale segments {} push p99 {:.1} ms WAL {:.1} MB/s pending {} expired-not-pruned {}",
+        w.label,
+        sample.t_s,
+        w.seconds,
+        totals.fired,
+        sample.fired_per_s,
+        totals.stale_segments,
+        sample.push_p99_ms,
+        sample.wal_bytes_per_s / 1e6,
+        sample.pending_timers,
+        sample.expired_not_pruned
+    );
+}
+
+/// Puts what the workload wants on the database before any broker starts: the tables'
+/// fillfactor, the future and due backlogs, fresh statistics, and the due rows held locked
+/// (returned, open, for [`release_held`]).
+async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>, Error> {
+    if let Some(fillfactor) = w.fillfactor {
+        for table in ["queen.log_timers", "queen.kv"] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "ALTER TABLE {table} SET (fillfactor = {fillfactor})"
+            )))
+            .execute(&db.pool)
+            .await
+            .map_err(Error::db(format!("cannot set the fillfactor of {table}")))?;
+        }
+    }
+    if w.pending_future > 0 {
+        db.backlog_unpromised(
+            w.pending_future,
+            7 * 24 * 3_600_000,
+            w.payload_bytes,
+            (w.tenants, w.queues, w.partitions),
+            "future",
+        )
+        .await?;
+    }
+    if w.backlog > 0 {
+        db.backlog(
+            w.backlog,
+            -1,
+            w.payload_bytes,
+            (w.tenants, w.queues, w.partitions),
+            "backlog",
+        )
+        .await?;
+    }
+    sqlx::query("ANALYZE")
+        .execute(&db.pool)
+        .await
+        .map_err(Error::db("cannot ANALYZE"))?;
+    // Locked before any broker exists, so no claim can take them first.
+    match w.hold_due_locked {
+        0 => Ok(None),
+        n => Ok(Some(hold_due_locked(db, w, n).await?)),
+    }
+}
+
+/// Ends the transaction that held the due rows locked, so the brokers can fire them.
+async fn release_held(mut holder: sqlx::PgConnection) -> Result<(), Error> {
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .map_err(Error::db("cannot release the held rows"))?;
+    let _ = holder.close().await;
+    Ok(())
+}
+
+/// Reads every broker's counters (summed) and peak RSS (the largest), then stops them all.
+async fn stop_brokers(brokers: &tokio::sync::RwLock<Vec<Broker>>) -> (Counters, Option<u64>) {
+    let mut counters = Counters::default();
+    let mut peak_rss = None;
+    for broker in brokers.read().await.iter() {
+        counters.add(&broker.counters().await);
+        if let Some((_, peak)) = broker.pid().and_then(crate::rig::rss_kib) {
+            peak_rss = Some(peak_rss.unwrap_or(0).max(peak));
+        }
+    }
+    for broker in std::mem::take(&mut *brokers.write().await) {
+        broker.stop().await;
+    }
+    (counters, peak_rss)
+}
+
 /// Inserts `n` due timers (kept out of the lateness) and returns a connection whose open
 /// transaction holds every one of their rows locked.
-async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, String> {
+async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, Error> {
     db.backlog_unpromised(
         n,
         -1,
@@ -581,20 +680,20 @@ async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgCon
         "held",
     )
     .await?;
-    let fail = |e: sqlx::Error| format!("cannot hold the due rows locked: {e}");
-    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail)?;
+    let fail = || Error::db("cannot hold the due rows locked");
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail())?;
     sqlx::raw_sql("BEGIN")
         .execute(&mut holder)
         .await
-        .map_err(fail)?;
+        .map_err(fail())?;
     let locked: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE starts_with(txn, 'held-') FOR UPDATE) l",
     )
     .fetch_one(&mut holder)
     .await
-    .map_err(fail)?;
+    .map_err(fail())?;
     if locked != i64::from(n) {
-        return Err(format!("held {locked} of {n} due rows locked"));
+        return Err(Error::HeldRows { locked, wanted: n });
     }
     Ok(holder)
 }
@@ -606,78 +705,27 @@ async fn schedule_load(
     url: String,
     brokers: Arc<tokio::sync::RwLock<Vec<Broker>>>,
     shared: Arc<Mutex<Shared>>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let sql = if w.schedule_without_wake {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .map_err(|e| e.to_string())?;
-        Some(queen_sweeper::PgStore::from_pool(
-            pool,
-            Duration::from_secs(5),
-        ))
+        Some(plain_sql_store(&url).await?)
     } else {
         None
     };
     let ticks = w.seconds * 100;
-    let per_tick = f64::from(w.timers_per_s) / 100.0;
     let started = clock::monotonic_now();
     let mut owed = 0.0;
-    let mut sequence: u64 = 0;
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut timers = TimerStream::new();
     for tick in 0..ticks {
         if shared.lock().expect("not poisoned").stop {
             break;
         }
-        let count = match w.burst_every_s {
-            Some(every) if tick % (every.max(1) * 100) == 0 => {
-                u64::from(w.timers_per_s) * every.max(1)
-            }
-            Some(_) => 0,
-            None => {
-                owed += per_tick;
-                let count = owed.floor() as u64;
-                owed -= count as f64;
-                count
-            }
-        };
+        let count = timers_at_tick(&w, tick, &mut owed);
         if count > 0 {
             let tenant = format!("t{}", tick % u64::from(w.tenants.max(1)));
-            let mut txns = Vec::with_capacity(count as usize);
-            let ops: Vec<TimerOp> = (0..count)
-                .map(|_| {
-                    sequence += 1;
-                    state = state
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1_442_695_040_888_963_407);
-                    let span = if w.burst_every_s.is_some() {
-                        1
-                    } else {
-                        w.timer_delay_ms.1.saturating_sub(w.timer_delay_ms.0) + 1
-                    };
-                    let txn = format!("s{sequence}");
-                    txns.push(txn.clone());
-                    TimerOp::Schedule {
-                        queue: format!("q{}", sequence % u64::from(w.queues.max(1))),
-                        timer_key: txn.clone(),
-                        delay_ms: (w.timer_delay_ms.0 + (state >> 33) % span) as i64,
-                        payload: Payload::Bytes(vec![b'x'; w.payload_bytes as usize]),
-                        partition: Some(format!("p{}", sequence % u64::from(w.partitions.max(1)))),
-                        txn: Some(txn),
-                    }
-                })
-                .collect();
+            let (txns, ops) = timers.next(&w, count);
             let answer = match &sql {
                 Some(store) => schedule_by_sql(store, &tenant, &ops).await,
-                None => {
-                    let brokers = brokers.read().await;
-                    let live = brokers.len().max(1);
-                    match brokers.get((tick as usize) % live) {
-                        Some(broker) => broker.schedule(&tenant, &ops).await,
-                        None => Err("no broker".into()),
-                    }
-                }
+                None => schedule_by_broker(&brokers, tick, &tenant, &ops).await,
             };
             let mut s = shared.lock().expect("not poisoned");
             match answer {
@@ -698,16 +746,118 @@ async fn schedule_load(
     Ok(())
 }
 
+/// A store of its own for scheduling without a seam: one connection, a 5 s statement timeout.
+async fn plain_sql_store(url: &str) -> Result<queen_sweeper::PgStore, Error> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .map_err(Error::db("cannot connect to schedule by plain SQL"))?;
+    Ok(queen_sweeper::PgStore::from_pool(
+        pool,
+        Duration::from_secs(5),
+    ))
+}
+
+/// How many timers the 10 ms tick `tick` schedules: a burst's worth on a burst's first tick,
+/// else the steady rate's share, carrying the fraction in `owed`.
+fn timers_at_tick(w: &Workload, tick: u64, owed: &mut f64) -> u64 {
+    match w.burst_every_s {
+        Some(every) if tick.is_multiple_of(every.max(1) * 100) => {
+            u64::from(w.timers_per_s) * every.max(1)
+        }
+        Some(_) => 0,
+        None => {
+            *owed += f64::from(w.timers_per_s) / 100.0;
+            let count = owed.floor() as u64;
+            *owed -= count as f64;
+            count
+        }
+    }
+}
+
+/// The schedule load's timers: numbered in sequence, spread over queues and partitions by
+/// number, each delay drawn from a fixed-seed LCG (the same timers every run).
+#[derive(Debug)]
+struct TimerStream {
+    sequence: u64,
+    state: u64,
+}
+
+impl TimerStream {
+    fn new() -> TimerStream {
+        TimerStream {
+            sequence: 0,
+            state: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    /// The next `count` timers: their transaction ids and the ops that schedule them.
+    fn next(&mut self, w: &Workload, count: u64) -> (Vec<String>, Vec<TimerOp>) {
+        let mut txns = Vec::with_capacity(count as usize);
+        let ops: Vec<TimerOp> = (0..count)
+            .map(|_| {
+                self.sequence += 1;
+                let sequence = self.sequence;
+                self.state = self
+                    .state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                // A burst is due all at once; a stream spreads over the delay range.
+                let span = if w.burst_every_s.is_some() {
+                    1
+                } else {
+                    w.timer_delay_ms.1.saturating_sub(w.timer_delay_ms.0) + 1
+                };
+                let txn = format!("s{sequence}");
+                txns.push(txn.clone());
+                TimerOp::Schedule {
+                    queue: format!("q{}", sequence % u64::from(w.queues.max(1))),
+                    timer_key: txn.clone(),
+                    delay_ms: (w.timer_delay_ms.0 + (self.state >> 33) % span) as i64,
+                    payload: Payload::Bytes(vec![b'x'; w.payload_bytes as usize]),
+                    partition: Some(format!("p{}", sequence % u64::from(w.partitions.max(1)))),
+                    txn: Some(txn),
+                }
+            })
+            .collect();
+        (txns, ops)
+    }
+}
+
+/// Schedules through the broker whose turn tick `tick` is, round robin over those alive.
+async fn schedule_by_broker(
+    brokers: &tokio::sync::RwLock<Vec<Broker>>,
+    tick: u64,
+    tenant: &str,
+    ops: &[TimerOp],
+) -> Result<Vec<Option<i64>>, Error> {
+    let brokers = brokers.read().await;
+    let live = brokers.len().max(1);
+    match brokers.get((tick as usize) % live) {
+        Some(broker) => broker.schedule(tenant, ops).await,
+        None => Err(Error::Broker("no broker".into())),
+    }
+}
+
 /// Applies `ops` in a transaction of its own and commits, with no seam: nothing is rung.
 async fn schedule_by_sql(
     store: &queen_sweeper::PgStore,
     tenant: &str,
     ops: &[TimerOp],
-) -> Result<Vec<Option<i64>>, String> {
+) -> Result<Vec<Option<i64>>, Error> {
     use queen_sweeper::TimerTx as _;
-    let mut tx = store.begin_timer_tx().await.map_err(|e| e.to_string())?;
-    let results = tx.apply(tenant, ops).await.map_err(|e| e.to_string())?;
-    tx.commit().await.map_err(|e| e.to_string())?;
+    let mut tx = store
+        .begin_timer_tx()
+        .await
+        .map_err(Error::sweeper("cannot begin a schedule transaction"))?;
+    let results = tx
+        .apply(tenant, ops)
+        .await
+        .map_err(Error::sweeper("the schedule was refused"))?;
+    tx.commit()
+        .await
+        .map_err(Error::sweeper("cannot commit the schedule"))?;
     Ok(results
         .iter()
         .map(|r| r.deliver_at.as_deref().and_then(crate::brokers::epoch_us))
@@ -720,10 +870,10 @@ async fn push_load(
     w: Workload,
     index: u32,
     shared: Arc<Mutex<Shared>>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut connection = sqlx::PgConnection::connect(&url)
         .await
-        .map_err(|e| format!("pusher {index}: {e}"))?;
+        .map_err(Error::db(format!("pusher {index}")))?;
     let pushes = w.seconds * u64::from(w.pushes_per_s_each);
     let gap = Duration::from_micros(1_000_000 / u64::from(w.pushes_per_s_each.max(1)));
     let payloads: Vec<Vec<u8>> = (0..w.push_batch)
@@ -748,17 +898,13 @@ async fn push_load(
             .bind(&payloads)
             .execute(&mut connection)
             .await
-            .map_err(|e| format!("pusher {index}: {e}"))?;
+            .map_err(Error::db(format!("pusher {index}")))?;
         let micros = (clock::monotonic_now() - before).as_micros() as u64;
         {
             let mut s = shared.lock().expect("not poisoned");
             s.pushes_total += 1;
-            if let Some(h) = s.push_latency_us.as_mut() {
-                h.saturating_record(micros.max(1));
-            }
-            if let Some(h) = s.push_second.as_mut() {
-                h.saturating_record(micros.max(1));
-            }
+            s.push_latency_us.saturating_record(micros.max(1));
+            s.push_second.saturating_record(micros.max(1));
         }
         let next = started + gap * (n as u32 + 1);
         tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
@@ -767,10 +913,10 @@ async fn push_load(
 }
 
 /// KV writes with TTLs at `kv_per_s`, over `kv_keys` keys.
-async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result<(), String> {
+async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result<(), Error> {
     let mut connection = sqlx::PgConnection::connect(&url)
         .await
-        .map_err(|e| format!("kv load: {e}"))?;
+        .map_err(Error::db("kv load"))?;
     let puts = w.seconds * u64::from(w.kv_per_s);
     let gap = Duration::from_micros(1_000_000 / u64::from(w.kv_per_s.max(1)));
     let started = clock::monotonic_now();
@@ -791,7 +937,7 @@ async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result
             .bind(ttl as i64)
             .execute(&mut connection)
             .await
-            .map_err(|e| format!("kv load: {e}"))?;
+            .map_err(Error::db("kv load"))?;
         let next = started + gap * (n as u32 + 1);
         tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
     }

@@ -176,21 +176,26 @@ pub fn claim_fair(
     if tenants == 0 {
         return (Vec::new(), None);
     }
-    let next_tenant = |t: &Tables, after: &str| -> Option<String> {
-        let floor = TimerKey {
-            tenant: format!("{after}\0"),
-            queue: String::new(),
-            key: String::new(),
-        };
-        t.timers
-            .range(floor..)
-            .next()
-            .map(|(k, _)| k.tenant.clone())
-    };
+    let visit = fair_round_tenants(t, tenants as usize, after);
+    let mut picked = Vec::new();
+    for tenant in &visit {
+        if let Some((key, visible_at)) = first_due_row(t, tenant, now)
+            && !t.row_locks.contains_key(&key)
+        {
+            t.row_locks.insert(key.clone(), txn);
+            picked.push((key, visible_at));
+        }
+    }
+    (picked, visit.last().cloned())
+}
+
+/// The tenants a fairness round visits: up to `tenants` of them in key order after `after`, then
+/// wrapping round to the first tenant and on up to `after` itself, each at most once.
+fn fair_round_tenants(t: &Tables, tenants: usize, after: Option<&str>) -> Vec<String> {
     let mut visit: Vec<String> = Vec::new();
     let mut cursor = after.unwrap_or("").to_owned();
-    while visit.len() < tenants as usize {
-        match next_tenant(t, &cursor) {
+    while visit.len() < tenants {
+        match tenant_after(t, &cursor) {
             Some(tenant) => {
                 cursor.clone_from(&tenant);
                 visit.push(tenant);
@@ -202,41 +207,49 @@ pub fn claim_fair(
         let mut cursor = String::new();
         let first = t.timers.keys().next().map(|k| k.tenant.clone());
         let mut candidate = first;
-        while visit.len() < tenants as usize {
+        while visit.len() < tenants {
             match candidate {
                 Some(tenant) if tenant.as_str() <= after => {
                     cursor.clone_from(&tenant);
                     if !visit.contains(&tenant) {
                         visit.push(tenant);
                     }
-                    candidate = next_tenant(t, &cursor);
+                    candidate = tenant_after(t, &cursor);
                 }
                 _ => break,
             }
         }
     }
-    let mut picked = Vec::new();
-    for tenant in &visit {
-        let floor = TimerKey {
-            tenant: tenant.clone(),
-            queue: String::new(),
-            key: String::new(),
-        };
-        let found = t
-            .timers
-            .range(floor..)
-            .take_while(|(k, _)| &k.tenant == tenant)
-            .take(FAIR_PEEK_ROWS)
-            .find(|(_, row)| row.visible_at() <= now)
-            .map(|(k, row)| (k.clone(), row.visible_at()));
-        if let Some((key, visible_at)) = found
-            && !t.row_locks.contains_key(&key)
-        {
-            t.row_locks.insert(key.clone(), txn);
-            picked.push((key, visible_at));
-        }
-    }
-    (picked, visit.last().cloned())
+    visit
+}
+
+/// The first tenant with a timer row whose name sorts after `after`.
+fn tenant_after(t: &Tables, after: &str) -> Option<String> {
+    let floor = TimerKey {
+        tenant: format!("{after}\0"),
+        queue: String::new(),
+        key: String::new(),
+    };
+    t.timers
+        .range(floor..)
+        .next()
+        .map(|(k, _)| k.tenant.clone())
+}
+
+/// A tenant's first due row among the first [`FAIR_PEEK_ROWS`] of its key range, with its
+/// visible_at.
+fn first_due_row(t: &Tables, tenant: &str, now: Us) -> Option<(TimerKey, Us)> {
+    let floor = TimerKey {
+        tenant: tenant.to_owned(),
+        queue: String::new(),
+        key: String::new(),
+    };
+    t.timers
+        .range(floor..)
+        .take_while(|(k, _)| k.tenant == tenant)
+        .take(FAIR_PEEK_ROWS)
+        .find(|(_, row)| row.visible_at() <= now)
+        .map(|(k, row)| (k.clone(), row.visible_at()))
 }
 
 /// CLAIM, second half (commit): leases and tokens, in pre-claim visibility order.
@@ -595,94 +608,157 @@ pub fn apply(
     for (index, (op, key)) in ops.iter().zip(keys).enumerate() {
         t.row_locks.insert(key.clone(), txn);
         let existing = staged_view(t, staged, &key);
-        let (status, row) = match (op, existing) {
-            (TimerOp::Cancel { .. }, None) | (TimerOp::Reschedule { .. }, None) => {
-                (ApplyStatus::Absent, None)
-            }
-            (_, Some(row)) if row.held_at(now) => (ApplyStatus::TooLate, Some(row)),
-            (TimerOp::Cancel { .. }, Some(row)) => {
-                staged.push(Staged::Delete(key.clone()));
-                (ApplyStatus::Cancelled, Some(row))
-            }
-            (
-                TimerOp::Schedule {
-                    delay_ms,
-                    payload,
-                    partition,
-                    txn: op_txn,
-                    ..
-                },
-                existing,
-            ) => {
-                let message_id = existing.as_ref().map_or_else(
-                    || Uuid::from_u128(t.new_token().as_u128() << 1),
-                    |r| r.message_id,
-                );
-                let row = TimerRow {
-                    partition: partition.clone().unwrap_or_else(|| "default".into()),
-                    deliver_at: shift(now, *delay_ms),
-                    txn: op_txn.clone().unwrap_or_else(|| message_id.to_string()),
-                    message_id,
-                    payload_bytes: payload_bytes(payload),
-                    attempts: 0,
-                    last_error: None,
-                    claimed_until: None,
-                    token: None,
-                };
-                staged.push(Staged::Put(key.clone(), row.clone()));
-                let status = if existing.is_some() {
-                    ApplyStatus::Rescheduled
-                } else {
-                    ApplyStatus::Scheduled
-                };
-                (status, Some(row))
-            }
-            (
-                TimerOp::Reschedule {
-                    delay_ms,
-                    payload,
-                    partition,
-                    txn: op_txn,
-                    ..
-                },
-                Some(mut row),
-            ) => {
-                row.deliver_at = shift(now, *delay_ms);
-                if let Some(payload) = payload {
-                    row.payload_bytes = payload_bytes(payload);
-                }
-                if let Some(partition) = partition {
-                    row.partition = partition.clone();
-                }
-                if let Some(op_txn) = op_txn {
-                    row.txn = op_txn.clone();
-                }
-                row.attempts = 0;
-                row.last_error = None;
-                row.token = None;
-                row.claimed_until = None;
-                staged.push(Staged::Put(key.clone(), row.clone()));
-                (ApplyStatus::Rescheduled, Some(row))
-            }
-        };
-        let creates = matches!(status, ApplyStatus::Scheduled | ApplyStatus::Rescheduled);
-        results.push(ApplyResult {
-            index,
-            queue: key.queue.clone(),
-            timer_key: key.key.clone(),
-            status,
-            message_id: row.as_ref().map(|r| r.message_id),
-            deliver_in_ms: row
-                .as_ref()
-                .filter(|_| creates)
-                .map(|r| (r.deliver_at as i64 - now as i64).div_euclid(1000)),
-            deliver_at: row
-                .as_ref()
-                .filter(|_| status != ApplyStatus::Absent)
-                .map(|r| crate::time::format_us(r.deliver_at)),
-        });
+        let (status, row) = apply_op(t, op, &key, existing, now, staged);
+        results.push(apply_result(index, &key, status, row.as_ref(), now));
     }
     Ok(Ok(results))
+}
+
+/// One operation on its row as this transaction sees it (`existing`): stages the change, and
+/// returns the status with the row as the operation leaves it.
+fn apply_op(
+    t: &mut Tables,
+    op: &TimerOp,
+    key: &TimerKey,
+    existing: Option<TimerRow>,
+    now: Us,
+    staged: &mut Vec<Staged>,
+) -> (ApplyStatus, Option<TimerRow>) {
+    match (op, existing) {
+        (TimerOp::Cancel { .. }, None) | (TimerOp::Reschedule { .. }, None) => {
+            (ApplyStatus::Absent, None)
+        }
+        (_, Some(row)) if row.held_at(now) => (ApplyStatus::TooLate, Some(row)),
+        (TimerOp::Cancel { .. }, Some(row)) => {
+            staged.push(Staged::Delete(key.clone()));
+            (ApplyStatus::Cancelled, Some(row))
+        }
+        (
+            TimerOp::Schedule {
+                delay_ms,
+                payload,
+                partition,
+                txn: op_txn,
+                ..
+            },
+            existing,
+        ) => {
+            let message_id = existing.as_ref().map_or_else(
+                || Uuid::from_u128(t.new_token().as_u128() << 1),
+                |r| r.message_id,
+            );
+            let deliver_at = shift(now, *delay_ms);
+            let row = scheduled(
+                message_id,
+                deliver_at,
+                payload,
+                partition.as_deref(),
+                op_txn.as_deref(),
+            );
+            staged.push(Staged::Put(key.clone(), row.clone()));
+            let status = if existing.is_some() {
+                ApplyStatus::Rescheduled
+            } else {
+                ApplyStatus::Scheduled
+            };
+            (status, Some(row))
+        }
+        (
+            TimerOp::Reschedule {
+                delay_ms,
+                payload,
+                partition,
+                txn: op_txn,
+                ..
+            },
+            Some(row),
+        ) => {
+            let deliver_at = shift(now, *delay_ms);
+            let row = rescheduled(
+                row,
+                deliver_at,
+                payload.as_ref(),
+                partition.as_deref(),
+                op_txn.as_deref(),
+            );
+            staged.push(Staged::Put(key.clone(), row.clone()));
+            (ApplyStatus::Rescheduled, Some(row))
+        }
+    }
+}
+
+/// The row a schedule writes: a fresh row (no attempts, in no sweeper's hands) that keeps the
+/// message id of the row it replaces; the partition defaults to `default` and the transaction
+/// id to the message id.
+fn scheduled(
+    message_id: Uuid,
+    deliver_at: Us,
+    payload: &Payload,
+    partition: Option<&str>,
+    op_txn: Option<&str>,
+) -> TimerRow {
+    TimerRow {
+        partition: partition.map_or_else(|| "default".into(), str::to_owned),
+        deliver_at,
+        txn: op_txn.map_or_else(|| message_id.to_string(), str::to_owned),
+        message_id,
+        payload_bytes: payload_bytes(payload),
+        attempts: 0,
+        last_error: None,
+        claimed_until: None,
+        token: None,
+    }
+}
+
+/// The row a reschedule leaves: moved to `deliver_at`, with what the operation names replaced,
+/// out of any sweeper's hands and its attempts reset.
+fn rescheduled(
+    mut row: TimerRow,
+    deliver_at: Us,
+    payload: Option<&Payload>,
+    partition: Option<&str>,
+    op_txn: Option<&str>,
+) -> TimerRow {
+    row.deliver_at = deliver_at;
+    if let Some(payload) = payload {
+        row.payload_bytes = payload_bytes(payload);
+    }
+    if let Some(partition) = partition {
+        row.partition = partition.to_owned();
+    }
+    if let Some(op_txn) = op_txn {
+        row.txn = op_txn.to_owned();
+    }
+    row.attempts = 0;
+    row.last_error = None;
+    row.token = None;
+    row.claimed_until = None;
+    row
+}
+
+/// What the apply answers for one operation, as the SQL does: a message id whenever there is a
+/// row, the delay only for a row it (re)created, the delivery time unless the row was absent.
+fn apply_result(
+    index: usize,
+    key: &TimerKey,
+    status: ApplyStatus,
+    row: Option<&TimerRow>,
+    now: Us,
+) -> ApplyResult {
+    let creates = matches!(status, ApplyStatus::Scheduled | ApplyStatus::Rescheduled);
+    ApplyResult {
+        index,
+        queue: key.queue.clone(),
+        timer_key: key.key.clone(),
+        status,
+        message_id: row.map(|r| r.message_id),
+        deliver_in_ms: row
+            .filter(|_| creates)
+            .map(|r| (r.deliver_at as i64 - now as i64).div_euclid(1000)),
+        deliver_at: row
+            .filter(|_| status != ApplyStatus::Absent)
+            .map(|r| crate::time::format_us(r.deliver_at)),
+    }
 }
 
 fn op_key(tenant: &str, op: &TimerOp) -> TimerKey {

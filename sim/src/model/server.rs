@@ -24,11 +24,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use queen_sweeper::{Destination, FireCall, SegmentOutcome, SegmentResult};
+use queen_sweeper::{
+    Destination, FailRow, FireCall, ProbeRequest, SegmentOutcome, SegmentResult, Switch, TimerRef,
+};
 use uuid::Uuid;
 
 use super::ops::{self, RowState, SqlError, Staged};
-use super::state::{KvKey, KvRow, Source, Tables, Us};
+use super::state::{KvKey, KvRow, Source, Tables, TimerKey, Us};
 use crate::time::now_us;
 use crate::wire::{DB_PORT, Request, Response, read_frame, write_frame};
 
@@ -158,16 +160,10 @@ fn error(e: SqlError) -> Response {
     }
 }
 
+/// Runs one request: each statement kind is its own function, which charges its simulated cost.
 async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTxn>) -> Response {
-    let c = db.costs;
     match request {
-        Request::Probe(probe) => {
-            sleep_us(c.probe_us).await;
-            let shards = probe.shards.as_slice();
-            Response::Probe(
-                db.with(|t| ops::probe(t, shards, now_us(), probe.due_cap, probe.kv_cap)),
-            )
-        }
+        Request::Probe(request) => probe(db, &request).await,
         Request::Claim {
             shards,
             lease_ms,
@@ -176,34 +172,13 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             fair_tenants,
             fair_after,
         } => {
-            let now = now_us();
-            let (txn, picked, fair_next) = db.with(|t| {
-                let txn = t.new_txn();
-                let (mut picked, fair_next) = ops::claim_fair(
-                    t,
-                    txn,
-                    now,
-                    fair_tenants.min(max_rows),
-                    fair_after.as_deref(),
-                );
-                let remaining = max_rows - picked.len() as u32;
-                if remaining > 0 {
-                    let more =
-                        ops::claim_lock(t, txn, &shards, now, remaining, per_tenant, &picked);
-                    picked.extend(more);
-                }
-                (txn, picked, fair_next)
-            });
-            sleep_us(c.claim_base_us + c.claim_row_us * picked.len() as Us).await;
-            if !picked.is_empty() {
-                // The claim rewrites each row it takes; its commit waits for the WAL like any
-                // other, and keeps its row locks meanwhile.
-                db.write_wal(picked.len() as u64 * c.claim_wal_bytes_per_row)
-                    .await;
-            }
-            let rows = db.with(|t| ops::claim_commit(t, txn, picked, now, lease_ms * 1000));
-            let fair_next = if rows.is_empty() { None } else { fair_next };
-            Response::Claimed { rows, fair_next }
+            let limits = ClaimLimits {
+                lease_ms,
+                max_rows,
+                per_tenant,
+                fair_tenants,
+            };
+            claim(db, &shards, limits, fair_after.as_deref()).await
         }
         Request::Take(request) => super::take::take(db, host, &request).await,
         Request::Fire { call } => fire(db, host, &call).await,
@@ -212,71 +187,18 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             error: message,
             transient,
             max_attempts,
-        } => {
-            sleep_us(c.small_call_us).await;
-            Response::Failed(db.with(|t| {
-                let txn = t.new_txn();
-                ops::fail(t, txn, &rows, &message, transient, max_attempts, now_us())
-            }))
-        }
-        Request::Dlq { rows } => {
-            sleep_us(c.small_call_us).await;
-            Response::Count(db.with(|t| {
-                let txn = t.new_txn();
-                ops::dlq(t, txn, &rows)
-            }))
-        }
-        Request::KvExpire { shards, max_rows } => {
-            let step =
-                db.with(|t| ops::kv_expire_step(t, &shards, now_us(), max_rows, UNPRUNED_CAP));
-            sleep_us(c.small_call_us + c.prune_row_us * step.deleted).await;
-            Response::Expire(step)
-        }
-        Request::Usage { after, max_tenants } => {
-            sleep_us(c.small_call_us).await;
-            Response::Usage(
-                db.with(|t| ops::usage_step(t, after.as_deref(), now_us(), max_tenants)),
-            )
-        }
+        } => fail(db, &rows, &message, transient, max_attempts).await,
+        Request::Dlq { rows } => dlq(db, &rows).await,
+        Request::KvExpire { shards, max_rows } => kv_expire(db, &shards, max_rows).await,
+        Request::Usage { after, max_tenants } => usage(db, after.as_deref(), max_tenants).await,
         Request::ReadSwitches => Response::Switches(db.with(|t| t.switches())),
-        Request::WriteSwitch { switch, enabled } => {
-            db.with(|t| {
-                let mut states = t.switches();
-                match switch {
-                    queen_sweeper::Switch::Schedule => states.schedule_enabled = enabled,
-                    queen_sweeper::Switch::Fire => states.fire_enabled = enabled,
-                }
-                t.switches = Some(states);
-            });
-            Response::Done
-        }
+        Request::WriteSwitch { switch, enabled } => write_switch(db, switch, enabled),
         Request::Apply {
             tenant,
             ops: timer_ops,
         } => apply(db, &tenant, &timer_ops, open).await,
-        Request::Commit => {
-            if let Some(txn) = open.take() {
-                sleep_us(c.small_call_us).await;
-                // New and changed timer rows go through the WAL like any other write.
-                let bytes: u64 = txn
-                    .staged
-                    .iter()
-                    .map(|change| match change {
-                        Staged::Put(_, row) => row.payload_bytes + c.row_overhead_bytes,
-                        Staged::Delete(_) => c.row_overhead_bytes,
-                    })
-                    .sum();
-                db.write_wal(bytes).await;
-                db.with(|t| ops::apply_commit(t, txn.txn, txn.staged));
-            }
-            Response::Done
-        }
-        Request::Rollback => {
-            if let Some(txn) = open.take() {
-                db.with(|t| t.release_locks(txn.txn));
-            }
-            Response::Done
-        }
+        Request::Commit => commit(db, open.take()).await,
+        Request::Rollback => rollback(db, open.take()),
         Request::Push {
             tenant,
             queue,
@@ -299,28 +221,154 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             ttl_ms,
             bytes,
         } => {
-            sleep_us(c.small_call_us).await;
-            let now = now_us();
-            db.with(|t| {
-                t.put_kv(
-                    KvKey {
-                        tenant,
-                        namespace,
-                        key,
-                    },
-                    KvRow {
-                        expires_at: ttl_ms.map(|ms| now + ms * 1000),
-                        bytes,
-                    },
-                );
-            });
-            Response::Done
+            let key = KvKey {
+                tenant,
+                namespace,
+                key,
+            };
+            kv_put(db, key, ttl_ms, bytes).await
         }
     }
 }
 
 pub(crate) async fn sleep_us(micros: Us) {
     tokio::time::sleep(Duration::from_micros(micros)).await;
+}
+
+async fn probe(db: &Db, probe: &ProbeRequest) -> Response {
+    sleep_us(db.costs.probe_us).await;
+    let shards = probe.shards.as_slice();
+    Response::Probe(db.with(|t| ops::probe(t, shards, now_us(), probe.due_cap, probe.kv_cap)))
+}
+
+/// The bounds of one claim, as the broker sent them.
+#[derive(Debug, Clone, Copy)]
+struct ClaimLimits {
+    lease_ms: u64,
+    max_rows: u32,
+    per_tenant: u32,
+    fair_tenants: u32,
+}
+
+/// CLAIM: the fairness round first, then the shards' due rows up to `max_rows`; the claim keeps
+/// its row locks until its WAL write commits.
+async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&str>) -> Response {
+    let c = db.costs;
+    let now = now_us();
+    let (txn, picked, fair_next) = db.with(|t| {
+        let txn = t.new_txn();
+        let (mut picked, fair_next) = ops::claim_fair(
+            t,
+            txn,
+            now,
+            limits.fair_tenants.min(limits.max_rows),
+            fair_after,
+        );
+        let remaining = limits.max_rows - picked.len() as u32;
+        if remaining > 0 {
+            let more = ops::claim_lock(t, txn, shards, now, remaining, limits.per_tenant, &picked);
+            picked.extend(more);
+        }
+        (txn, picked, fair_next)
+    });
+    sleep_us(c.claim_base_us + c.claim_row_us * picked.len() as Us).await;
+    if !picked.is_empty() {
+        // The claim rewrites each row it takes; its commit waits for the WAL like any
+        // other, and keeps its row locks meanwhile.
+        db.write_wal(picked.len() as u64 * c.claim_wal_bytes_per_row)
+            .await;
+    }
+    let rows = db.with(|t| ops::claim_commit(t, txn, picked, now, limits.lease_ms * 1000));
+    let fair_next = if rows.is_empty() { None } else { fair_next };
+    Response::Claimed { rows, fair_next }
+}
+
+async fn fail(
+    db: &Db,
+    rows: &[FailRow],
+    message: &str,
+    transient: bool,
+    max_attempts: u32,
+) -> Response {
+    sleep_us(db.costs.small_call_us).await;
+    Response::Failed(db.with(|t| {
+        let txn = t.new_txn();
+        ops::fail(t, txn, rows, message, transient, max_attempts, now_us())
+    }))
+}
+
+async fn dlq(db: &Db, rows: &[TimerRef]) -> Response {
+    sleep_us(db.costs.small_call_us).await;
+    Response::Count(db.with(|t| {
+        let txn = t.new_txn();
+        ops::dlq(t, txn, rows)
+    }))
+}
+
+async fn kv_expire(db: &Db, shards: &[u8], max_rows: u32) -> Response {
+    let c = db.costs;
+    let step = db.with(|t| ops::kv_expire_step(t, shards, now_us(), max_rows, UNPRUNED_CAP));
+    sleep_us(c.small_call_us + c.prune_row_us * step.deleted).await;
+    Response::Expire(step)
+}
+
+async fn usage(db: &Db, after: Option<&str>, max_tenants: u32) -> Response {
+    sleep_us(db.costs.small_call_us).await;
+    Response::Usage(db.with(|t| ops::usage_step(t, after, now_us(), max_tenants)))
+}
+
+fn write_switch(db: &Db, switch: Switch, enabled: bool) -> Response {
+    db.with(|t| {
+        let mut states = t.switches();
+        match switch {
+            Switch::Schedule => states.schedule_enabled = enabled,
+            Switch::Fire => states.fire_enabled = enabled,
+        }
+        t.switches = Some(states);
+    });
+    Response::Done
+}
+
+/// COMMIT of the connection's schedule transaction, if one is open: new and changed timer rows
+/// go through the WAL like any other write, then become visible.
+async fn commit(db: &Db, open: Option<OpenTxn>) -> Response {
+    let Some(txn) = open else {
+        return Response::Done;
+    };
+    let c = db.costs;
+    sleep_us(c.small_call_us).await;
+    let bytes: u64 = txn
+        .staged
+        .iter()
+        .map(|change| match change {
+            Staged::Put(_, row) => row.payload_bytes + c.row_overhead_bytes,
+            Staged::Delete(_) => c.row_overhead_bytes,
+        })
+        .sum();
+    db.write_wal(bytes).await;
+    db.with(|t| ops::apply_commit(t, txn.txn, txn.staged));
+    Response::Done
+}
+
+/// ROLLBACK of the connection's schedule transaction, if one is open: its row locks go.
+fn rollback(db: &Db, open: Option<OpenTxn>) -> Response {
+    if let Some(txn) = open {
+        db.with(|t| t.release_locks(txn.txn));
+    }
+    Response::Done
+}
+
+async fn kv_put(db: &Db, key: KvKey, ttl_ms: Option<u64>, bytes: u64) -> Response {
+    sleep_us(db.costs.small_call_us).await;
+    let now = now_us();
+    db.with(|t| {
+        let row = KvRow {
+            expires_at: ttl_ms.map(|ms| now + ms * 1000),
+            bytes,
+        };
+        t.put_kv(key, row);
+    });
+    Response::Done
 }
 
 async fn apply(
@@ -406,6 +454,35 @@ async fn fire(db: &Db, host: &str, call: &FireCall) -> Response {
     let c = db.costs;
     let rows = ops::fire_rows(call);
     let txn = db.with(Tables::new_txn);
+    let states = lock_fire_rows(db, txn, &rows).await;
+    // A segment is live when this fire holds every one of its rows; any other is stale.
+    let live: Vec<bool> = states
+        .iter()
+        .map(|s| s.iter().all(|x| *x == RowState::Held))
+        .collect();
+    let live_rows: usize = rows
+        .iter()
+        .zip(&live)
+        .filter(|(_, l)| **l)
+        .map(|(r, _)| r.len())
+        .sum();
+    sleep_us(c.fire_base_us + c.fire_row_us * rows.iter().map(Vec::len).sum::<usize>() as Us).await;
+    let guards = lock_partitions(db, call, &live).await;
+    if live_rows > 0 {
+        db.write_wal(fire_wal_bytes(db, call, &rows, &live)).await;
+    }
+    let outcomes = db.with(|t| {
+        let outcomes = commit_fire(t, host, call, &rows, &states, &live);
+        t.release_locks(txn);
+        outcomes
+    });
+    drop(guards);
+    Response::Fired(outcomes)
+}
+
+/// Locks the fire's rows, polling the busy ones with a doubling sleep up to
+/// [`FIRE_BUSY_RETRIES`] times; returns each segment's row states.
+async fn lock_fire_rows(db: &Db, txn: u64, rows: &[Vec<(TimerKey, Uuid)>]) -> Vec<Vec<RowState>> {
     let mut states: Vec<Vec<RowState>> =
         rows.iter().map(|r| vec![RowState::Lost; r.len()]).collect();
     for attempt in 0..=FIRE_BUSY_RETRIES {
@@ -421,23 +498,19 @@ async fn fire(db: &Db, host: &str, call: &FireCall) -> Response {
             break;
         }
     }
-    let live: Vec<bool> = states
-        .iter()
-        .map(|s| s.iter().all(|x| *x == RowState::Held))
-        .collect();
-    let live_rows: usize = rows
-        .iter()
-        .zip(&live)
-        .filter(|(_, l)| **l)
-        .map(|(r, _)| r.len())
-        .sum();
-    sleep_us(c.fire_base_us + c.fire_row_us * rows.iter().map(Vec::len).sum::<usize>() as Us).await;
+    states
+}
 
-    // Partition locks of the live segments, ascending id, first come first served.
+/// Takes the partition locks of the live segments, ascending id, first come first served.
+async fn lock_partitions(
+    db: &Db,
+    call: &FireCall,
+    live: &[bool],
+) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
     let mut ids: Vec<u64> = db.with(|t| {
         call.segments
             .iter()
-            .zip(&live)
+            .zip(live)
             .filter(|(_, l)| **l)
             .map(|(s, _)| t.partition_id(&s.destination))
             .collect()
@@ -448,61 +521,65 @@ async fn fire(db: &Db, host: &str, call: &FireCall) -> Response {
     for id in ids {
         guards.push(db.partition_lock(id).lock_owned().await);
     }
-    if live_rows > 0 {
-        let bytes: u64 = call
-            .segments
-            .iter()
-            .zip(&live)
-            .filter(|(_, l)| **l)
-            .flat_map(|(s, _)| s.timers.iter().map(|h| h.timer_key.len() as u64))
-            .sum::<u64>()
-            + db.with(|t| {
-                rows.iter()
-                    .zip(&live)
-                    .filter(|(_, l)| **l)
-                    .flat_map(|(r, _)| r.iter())
-                    .map(|(key, _)| {
-                        t.timers.get(key).map_or(0, |row| row.payload_bytes) + c.row_overhead_bytes
-                    })
-                    .sum::<u64>()
-            });
-        db.write_wal(bytes).await;
-    }
+    guards
+}
 
-    let now = now_us();
-    let outcomes = db.with(|t| {
-        let mut outcomes = Vec::with_capacity(rows.len());
-        for (i, segment) in call.segments.iter().enumerate() {
-            let timers = segment.timers.len() as u32;
-            let result = if live[i] {
-                SegmentResult::Fired {
-                    first_offset: ops::fire_commit_segment(
-                        t,
-                        &segment.destination,
-                        &rows[i],
-                        now,
-                        host,
-                    ),
-                }
-            } else {
-                ops::release_stale(t, &rows[i], &states[i]);
-                SegmentResult::Stale
-            };
-            t.segments.push(super::state::SegmentEvent {
-                at: now,
-                host: host.to_owned(),
-                fired: live[i],
-                timers,
-            });
-            outcomes.push(SegmentOutcome {
-                segment: i,
-                result,
-                timers,
-            });
-        }
-        t.release_locks(txn);
-        outcomes
+/// The WAL a fire writes: its live segments' timer keys, and each live row's payload with its
+/// overhead.
+fn fire_wal_bytes(db: &Db, call: &FireCall, rows: &[Vec<(TimerKey, Uuid)>], live: &[bool]) -> u64 {
+    let key_bytes = call
+        .segments
+        .iter()
+        .zip(live)
+        .filter(|(_, l)| **l)
+        .flat_map(|(s, _)| s.timers.iter().map(|h| h.timer_key.len() as u64))
+        .sum::<u64>();
+    let row_bytes = db.with(|t| {
+        rows.iter()
+            .zip(live)
+            .filter(|(_, l)| **l)
+            .flat_map(|(r, _)| r.iter())
+            .map(|(key, _)| {
+                t.timers.get(key).map_or(0, |row| row.payload_bytes) + db.costs.row_overhead_bytes
+            })
+            .sum::<u64>()
     });
-    drop(guards);
-    Response::Fired(outcomes)
+    key_bytes + row_bytes
+}
+
+/// Commits a fire: each live segment appends its messages, each stale one releases the rows this
+/// fire held; every segment is recorded as an event and answered with its outcome.
+fn commit_fire(
+    t: &mut Tables,
+    host: &str,
+    call: &FireCall,
+    rows: &[Vec<(TimerKey, Uuid)>],
+    states: &[Vec<RowState>],
+    live: &[bool],
+) -> Vec<SegmentOutcome> {
+    let now = now_us();
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for (i, segment) in call.segments.iter().enumerate() {
+        let timers = segment.timers.len() as u32;
+        let result = if live[i] {
+            let first_offset =
+                ops::fire_commit_segment(t, &segment.destination, &rows[i], now, host);
+            SegmentResult::Fired { first_offset }
+        } else {
+            ops::release_stale(t, &rows[i], &states[i]);
+            SegmentResult::Stale
+        };
+        t.segments.push(super::state::SegmentEvent {
+            at: now,
+            host: host.to_owned(),
+            fired: live[i],
+            timers,
+        });
+        outcomes.push(SegmentOutcome {
+            segment: i,
+            result,
+            timers,
+        });
+    }
+    outcomes
 }

@@ -54,7 +54,7 @@ pub async fn start(options: &DockerOptions) -> Result<Database, String> {
     let engine = engine_version().await?;
     let descriptor = format!("{}:{}", options.image, options.tag);
     ensure_image(options, &descriptor).await?;
-    let port = super::free_loopback_port()?;
+    let port = super::free_loopback_port().map_err(|e| crate::error::one_line(&e))?;
     let request = container_request(options, port);
     let container = tokio::time::timeout(START_TIMEOUT, request.start())
         .await
