@@ -51,6 +51,34 @@ async fn remember_timers(pool: &PgPool) {
     .unwrap();
 }
 
+/// Creates `queue`'s partition and holds its row lock in an open transaction: a fire or take
+/// into it blocks until the returned connection commits.
+async fn lock_the_partition(db: &TestDb, queue: &str) -> sqlx::PgConnection {
+    sqlx::query("SELECT queen.log_partition_ensure_v1('default', $1, 'default')")
+        .bind(queue)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut lock = db.connection().await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM queen.log_partitions FOR UPDATE;")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    lock
+}
+
+/// Schedules 50 timers due now into `queue` through `server`, keys and txns `{prefix}0..49`.
+async fn schedule_fifty_due(server: &Server, queue: &str, prefix: &str) {
+    let ops: Vec<Value> = (0..50)
+        .map(|i| {
+            let mut op = schedule_op(queue, &format!("{prefix}{i}"), 0, json!(i));
+            op["txn"] = json!(format!("{prefix}{i}"));
+            op
+        })
+        .collect();
+    assert_eq!(server.schedule(&json!({ "ops": ops })).await.status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timer_scheduled_over_http_on_an_idle_broker_fires_long_before_the_one_second_ceiling() {
     let db = TestDb::new().await;
@@ -195,23 +223,8 @@ async fn on_the_leased_path_a_sigkilled_brokers_claims_fire_in_the_other_broker_
     let mut doomed = Start::on(&db, "doomed").env(&env).spawn().await;
     // Hold the destination partition's row lock, so the doomed broker's fire blocks after its
     // claim: it then holds all the claims and none of them has fired.
-    sqlx::query("SELECT queen.log_partition_ensure_v1('default', 'kq', 'default')")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let mut partition_lock = db.connection().await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM queen.log_partitions FOR UPDATE;")
-        .execute(&mut partition_lock)
-        .await
-        .unwrap();
-    let ops: Vec<Value> = (0..50)
-        .map(|i| {
-            let mut op = schedule_op("kq", &format!("k{i}"), 0, json!(i));
-            op["txn"] = json!(format!("k{i}"));
-            op
-        })
-        .collect();
-    assert_eq!(doomed.schedule(&json!({ "ops": ops })).await.status, 200);
+    let mut partition_lock = lock_the_partition(&db, "kq").await;
+    schedule_fifty_due(&doomed, "kq", "k").await;
     wait_for("the doomed broker to claim all 50", Duration::from_secs(10), || async {
         count(&db.pool, "SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL AND claimed_until > now()").await == 50
     })
@@ -285,25 +298,10 @@ async fn a_broker_sigkilled_mid_take_leaves_no_lease_its_timers_fire_within_two_
     // The take (the default) with the default 30 s lease: nothing of it may be waited out.
     let mut doomed = Start::on(&db, "doomed").spawn().await;
     let survivor = Start::on(&db, "survivor").spawn().await;
-    sqlx::query("SELECT queen.log_partition_ensure_v1('default', 'tq', 'default')")
-        .execute(&db.pool)
-        .await
-        .unwrap();
     // Hold the destination partition's row lock. Whichever broker takes the 50 timers then
     // waits on it inside its take, holding the rows; the other one skips them.
-    let mut partition_lock = db.connection().await;
-    sqlx::raw_sql("BEGIN; SELECT 1 FROM queen.log_partitions FOR UPDATE;")
-        .execute(&mut partition_lock)
-        .await
-        .unwrap();
-    let ops: Vec<Value> = (0..50)
-        .map(|i| {
-            let mut op = schedule_op("tq", &format!("t{i}"), 0, json!(i));
-            op["txn"] = json!(format!("t{i}"));
-            op
-        })
-        .collect();
-    assert_eq!(doomed.schedule(&json!({ "ops": ops })).await.status, 200);
+    let mut partition_lock = lock_the_partition(&db, "tq").await;
+    schedule_fifty_due(&doomed, "tq", "t").await;
     remember_timers(&db.pool).await;
     // The doomed broker's wake makes it the likely taker; if the survivor took them, the kill
     // below still shows that a dead broker leaves nothing behind, and the test says which.
