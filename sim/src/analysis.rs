@@ -145,13 +145,15 @@ pub fn is_polling_call(kind: &str) -> bool {
     matches!(kind, "probe" | "claim" | "take")
 }
 
-/// The polling calls ([`is_polling_call`]) of `queries`, summed over kinds.
-pub fn polling_calls(queries: &BTreeMap<String, u64>) -> u64 {
-    queries
+/// The polling calls ([`is_polling_call`]) of a run per simulated second, all brokers.
+pub fn polling_per_s(numbers: &RunNumbers) -> f64 {
+    let calls: u64 = numbers
+        .queries
         .iter()
         .filter(|(kind, _)| is_polling_call(kind))
         .map(|(_, n)| n)
-        .sum()
+        .sum();
+    calls as f64 / numbers.simulated_s.max(1e-9)
 }
 
 /// Probe and claim-or-take calls per second of each broker within [from, to) simulated

@@ -39,7 +39,7 @@ pub fn table(report: &ScenarioReport) -> String {
     );
     for run in &report.runs {
         let n = &run.numbers;
-        let probe_claim = analysis::polling_calls(&n.queries) as f64 / n.simulated_s.max(1e-9);
+        let probe_claim = analysis::polling_per_s(n);
         let _ = writeln!(
             out,
             "{:<28} {:>8.1} {:>9} {:>8} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1}/s {:>8.2} {:>8.0}x",
@@ -212,7 +212,7 @@ fn page_table(page: &mut String, report: &ScenarioReport) {
     let _ = writeln!(page, "|---|---|---|---|---|---|---|---|---|");
     for run in &report.runs {
         let n = &run.numbers;
-        let calls = analysis::polling_calls(&n.queries) as f64 / n.simulated_s.max(1e-9);
+        let calls = analysis::polling_per_s(n);
         let _ = writeln!(
             page,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",

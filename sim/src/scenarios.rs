@@ -356,7 +356,7 @@ fn livelock_expectations(take: &RunReport, leased: &RunReport, naive: &RunReport
         ),
         // Both forms write the same payload bytes through the same 16 MiB/s WAL (the burst
         // alone is 96 MiB), so their p99 differ by the seed's interleaving: take/leased was
-        // 0.90-1.03 on seeds 1-10 (commit after 8f52afe). "No later" is judged within that noise.
+        // 0.90-1.03 on seeds 1-10 (commit 2cdd5cb). "No later" is judged within that noise.
         expect(
             "take_no_later_than_leased",
             p99(take) <= p99(leased) * TAKE_VS_LEASED_NOISE,

@@ -67,6 +67,27 @@ async fn lock_the_partition(db: &TestDb, queue: &str) -> sqlx::PgConnection {
     lock
 }
 
+/// Waits until no backend of this database is called `application_name`: a killed broker's
+/// sessions have noticed their lost client and rolled back.
+async fn wait_for_backends_to_go(pool: &PgPool, application_name: &str) {
+    wait_for(
+        "the dead broker's backends to go",
+        Duration::from_secs(10),
+        || async {
+            let sessions: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = $1",
+            )
+            .bind(application_name)
+            .fetch_one(pool)
+            .await
+            .expect("pg_stat_activity");
+            sessions == 0
+        },
+    )
+    .await;
+}
+
 /// Schedules 50 timers due now into `queue` through `server`, keys and txns `{prefix}0..49`.
 async fn schedule_fifty_due(server: &Server, queue: &str, prefix: &str) {
     let ops: Vec<Value> = (0..50)
@@ -240,10 +261,7 @@ async fn on_the_leased_path_a_sigkilled_brokers_claims_fire_in_the_other_broker_
     );
     // Its backend notices the lost client while it waits (client_connection_check_interval) and
     // aborts the fire: nothing of it may commit once the lock is released.
-    wait_for("the dead broker's backends to go", Duration::from_secs(10), || async {
-        count(&db.pool, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'queen-sweeper:doomed'").await == 0
-    })
-    .await;
+    wait_for_backends_to_go(&db.pool, "queen-sweeper:doomed").await;
     sqlx::raw_sql("COMMIT")
         .execute(&mut partition_lock)
         .await
@@ -333,10 +351,7 @@ async fn a_broker_sigkilled_mid_take_leaves_no_lease_its_timers_fire_within_two_
     // Release the partition once the dead broker's backends are gone (their take aborted), or
     // at once when the survivor is the taker: either way every timer must fire, once, soon.
     if taker == "queen-sweeper:doomed" {
-        wait_for("the dead broker's backends to go", Duration::from_secs(5), || async {
-            count(&db.pool, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'queen-sweeper:doomed'").await == 0
-        })
-        .await;
+        wait_for_backends_to_go(&db.pool, "queen-sweeper:doomed").await;
     }
     sqlx::raw_sql("COMMIT")
         .execute(&mut partition_lock)
