@@ -12,7 +12,9 @@
 CREATE OR REPLACE FUNCTION queen.log_partition_ensure_v1(
     p_tenant text, p_queue text, p_partition text
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+AS $$
 DECLARE
     v_queue_id bigint;
     v_partition_id bigint;
@@ -53,6 +55,16 @@ CREATE OR REPLACE FUNCTION queen.log_append_v1(
     p_now timestamptz
 ) RETURNS bigint
 LANGUAGE plpgsql
+-- enable_seqscan = off, on every function of the hot paths: each of their statements reaches
+-- its rows through an index (a key, or the head of a shard), and a plan must keep doing so
+-- whatever size the table had when it was made. PL/pgSQL caches a generic plan per statement and
+-- session; one made while log_timers was nearly empty (a fresh deployment, a drained backlog, every
+-- soak run) chose sequential scans, and the session kept it as the table grew: measured on
+-- 2026-12-04 (PostgreSQL 15.18, this repository's commit add4ffd), a probe took 5 300-5 700 ms and
+-- a 200-row take 660-880 ms with 200 000 pending rows in one queue, against 1-8 ms once the plans
+-- were remade; a 1 000-timer schedule grew from 80 ms to 3 700 ms on one connection within one
+-- 20 000-timer burst. Turning sequential scans off leaves the index plans as the only cheap ones.
+SET enable_seqscan = off
 -- JIT compiles for tens of milliseconds to save microseconds on these small statements
 -- (measured: a 200-row fire spent 12.5 ms of 13.7 ms compiling). Never worth it here.
 SET jit = off AS $$
@@ -100,6 +112,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_now timestamptz
 ) RETURNS TABLE (message_id uuid, log_offset bigint)
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 DECLARE

@@ -31,6 +31,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(
     p_shards integer[], p_now timestamptz, p_cap integer
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 DECLARE
@@ -126,6 +127,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_pick_v1(
     fair_next text
 )
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 -- The generic plan PostgreSQL settles on after five calls cannot see the round's small LIMIT and
 -- reads much more of each shard: 3.5 ms per 200-row claim became 12 ms (20 000 due rows).
@@ -368,6 +371,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     fair_next text
 )
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

@@ -22,6 +22,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_apply_v1(
     p_tenant text, p_ops jsonb, p_now timestamptz
 ) RETURNS jsonb
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

@@ -21,6 +21,7 @@ CREATE OR REPLACE FUNCTION queen.sweeper_probe_v1(
     p_shards integer[], p_now timestamptz, p_due_cap integer, p_kv_cap integer
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 DECLARE

@@ -53,7 +53,9 @@ $$;
 CREATE OR REPLACE FUNCTION queen.kv_put_v1(
     p_tenant text, p_namespace text, p_key text, p_value jsonb, p_ttl_ms bigint, p_now timestamptz
 ) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+AS $$
 #variable_conflict use_column
 DECLARE
     v_expires_at timestamptz;
@@ -96,7 +98,9 @@ $$;
 CREATE OR REPLACE FUNCTION queen.kv_get_v1(
     p_tenant text, p_namespace text, p_key text, p_now timestamptz
 ) RETURNS jsonb
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+AS $$
 #variable_conflict use_column
 DECLARE
     v_result jsonb;
@@ -117,7 +121,9 @@ $$;
 CREATE OR REPLACE FUNCTION queen.kv_delete_v1(
     p_tenant text, p_namespace text, p_key text, p_now timestamptz
 ) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
+AS $$
 #variable_conflict use_column
 DECLARE
     v_was_live boolean;

@@ -11,6 +11,7 @@
 CREATE OR REPLACE FUNCTION queen.kv_expired_v1(p_shards integer[], p_now timestamptz, p_cap integer)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 DECLARE
@@ -61,6 +62,7 @@ CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(
     p_shards integer[], p_now timestamptz, p_max_rows integer, p_unpruned_cap integer DEFAULT 10000
 ) RETURNS jsonb
 LANGUAGE plpgsql
+SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

@@ -202,6 +202,43 @@ impl RunDb {
         Ok(span.unwrap_or(0.0))
     }
 
+    /// The first and the last fired message the soak promised, epoch seconds.
+    pub async fn fire_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
+        let (first, last): (Option<f64>, Option<f64>) = sqlx::query_as(
+            "SELECT extract(epoch FROM min(m.created_at))::float8, extract(epoch FROM max(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::db("cannot read the fire window"))?;
+        Ok(first.zip(last))
+    }
+
+    /// The earliest and the latest promised delivery instant, epoch seconds.
+    pub async fn due_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
+        let (first, last): (Option<f64>, Option<f64>) = sqlx::query_as(
+            "SELECT extract(epoch FROM min(deliver_at))::float8, extract(epoch FROM max(deliver_at))::float8 FROM soak_expected",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::db("cannot read the due window"))?;
+        Ok(first.zip(last))
+    }
+
+    /// Every promised timer due at or before `at` (epoch seconds) that fired after it: (ms from
+    /// `at` to its fire, its lateness in ms).
+    pub async fn overdue_at(&self, at: f64) -> Result<Vec<(f64, f64)>, Error> {
+        sqlx::query_as(
+            "SELECT (extract(epoch FROM m.created_at) - $1)::float8 * 1000, \
+                    (extract(epoch FROM m.created_at - e.deliver_at) * 1000)::float8 \
+             FROM queen.log_messages m JOIN soak_expected e USING (txn) \
+             WHERE e.deliver_at <= to_timestamp($1) AND m.created_at > to_timestamp($1)",
+        )
+        .bind(at)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(Error::db("cannot read the timers overdue at the kill"))
+    }
+
     pub async fn delivery_faults(&self) -> Result<(i64, i64, i64), Error> {
         sqlx::query_as(
             "SELECT (SELECT count(*) FROM (SELECT txn FROM queen.log_messages GROUP BY txn HAVING count(*) > 1) d),

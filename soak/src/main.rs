@@ -71,8 +71,13 @@ enum Command {
         #[arg(long)]
         only: Option<String>,
     },
-    /// The sweeper against the physical limit, probe p99 at 0-1M pending, peak RSS, idle cost.
-    Bench,
+    /// The sweeper against the physical limit (1, 2, 4 connections), PG CPU per timer, each
+    /// call's time at 0-1M pending, lateness against the rate, a burst, a SIGKILL, RSS, idle cost.
+    Bench {
+        /// Only these parts, merged into the bench.json already in the output directory.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<queen_soak::bench::Part>,
+    },
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
     /// Replace the `[not measured]` markers in sql/ with DIR/blocks.sql.
@@ -191,8 +196,8 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             let seconds = cli.seconds.unwrap_or(18);
             run_experiments(&run, seconds, only.as_deref(), (&date, &rig), &out).await
         }
-        (Some(Command::Bench), _) => {
-            run_bench(&run, cli.seconds.unwrap_or(30), (&date, &rig), &out).await
+        (Some(Command::Bench { only }), _) => {
+            run_bench(&run, cli.seconds.unwrap_or(30), only, (&date, &rig), &out).await
         }
         (Some(Command::ApplyBlocks { .. } | Command::Report { .. }), _) => {
             unreachable!("handled before the runtime starts")
@@ -270,18 +275,26 @@ async fn run_experiments(
 async fn run_bench(
     run: &Run<'_>,
     seconds: u64,
+    only: &[queen_soak::bench::Part],
     (date, rig): (&str, &Rig),
     out: &Path,
 ) -> Result<(), Error> {
-    let bench = queen_soak::bench::run(run, seconds, date).await?;
+    use queen_soak::bench::{Bench, Part};
+    let (parts, earlier) = if only.is_empty() {
+        (Part::ALL.to_vec(), Bench::empty(date))
+    } else {
+        let earlier = report::read_bench(out)?.unwrap_or_else(|| Bench::empty(date));
+        (only.to_vec(), earlier)
+    };
+    let bench = queen_soak::bench::run(run, seconds, date, &parts, earlier).await?;
     report::write_json(out, report::RIG, rig)?;
     report::write_json(out, report::BENCH, &bench)?;
     report::rebuild(out)?;
     println!(
-        "{}",
-        serde_json::to_string_pretty(&bench).expect("the bench serialises")
+        "wrote the bench to {} ({} and report.md)",
+        out.display(),
+        report::BENCH
     );
-    println!("wrote the bench to {}", out.display());
     Ok(())
 }
 

@@ -35,6 +35,11 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), Error> {
     })
 }
 
+/// The bench already written to `dir`, if any.
+pub fn read_bench(dir: &Path) -> Result<Option<Bench>, Error> {
+    read_json(dir, BENCH)
+}
+
 fn read_json<T: for<'de> serde::Deserialize<'de>>(
     dir: &Path,
     file: &str,
@@ -76,6 +81,28 @@ pub fn merge_findings(dir: &Path, fresh: Vec<Finding>) -> Result<Vec<Finding>, E
 
 /// The headline numbers of one run, for the terminal.
 pub fn headline(result: &RunResult) -> String {
+    let mut line = headline_counts(result);
+    if result.schedule_failures > 0 {
+        line.push_str(&format!(
+            "; {} schedule call(s) FAILED, the first: {}",
+            result.schedule_failures,
+            result.first_schedule_error.as_deref().unwrap_or("?")
+        ));
+    }
+    if let Some(kill) = &result.kill {
+        line.push_str(&format!(
+            "; SIGKILL at {} s: {} timers due before it fired after it, the last {} ms after the kill (their lateness p99 {} ms, max {} ms)",
+            kill.at_s,
+            kill.overdue_at_kill,
+            kill.last_fired_after_kill_ms,
+            kill.lateness_ms.p99,
+            kill.lateness_ms.max
+        ));
+    }
+    line
+}
+
+fn headline_counts(result: &RunResult) -> String {
     format!(
         "{}: {:.1} s, fired {} ({:.0}/s), lateness p50 {} ms p99 {} ms max {} ms, stale segments {}, push p50 {} ms p99 {} ms, WAL {:.2} MB/s, duplicates {}, never fired {}, fired early {}",
         result.workload.label,
@@ -133,7 +160,12 @@ pub fn rebuild(dir: &Path) -> Result<(), Error> {
         findings_table(&mut page, findings);
     }
     if let Some(bench) = &bench {
-        bench_table(&mut page, bench);
+        if bench.drains.is_empty() {
+            // A bench from before 2026-12-04: one-connection limit, probe timings only.
+            bench_table(&mut page, bench);
+        } else {
+            crate::bench::report::section(&mut page, dir, bench)?;
+        }
     }
     if let Some(runs) = &canonical {
         canonical_section(&mut page, dir, runs)?;
@@ -400,16 +432,11 @@ mod tests {
     fn bench(around: Vec<(u32, f64)>) -> Bench {
         Bench {
             measured_on: "2026-12-03".into(),
-            backlog: 200_000,
-            payload_bytes: 512,
-            limit_batch: 200,
             limit_per_s: 19_000.0,
             limit_runs_per_s: vec![20_000.0, 18_000.0],
             limit_around_per_s: around,
             sweeper_per_s: vec![(1, 7_000.0, 36.8), (2, 14_000.0, 73.7)],
-            probe_ms: Vec::new(),
-            peak_rss_kib: Vec::new(),
-            idle_calls_per_s: std::collections::BTreeMap::new(),
+            ..Bench::empty("2026-12-03")
         }
     }
 

@@ -6,6 +6,27 @@ use sqlx::PgPool;
 
 use crate::error::Error;
 
+/// The commit the measuring code was built from, as `git` in the working directory sees it:
+/// the short hash, with ` (dirty)` when tracked files differ from it; `unknown` outside a
+/// repository. Every number a report prints names this.
+pub fn source_commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short=7", "HEAD"]) {
+        Some(hash) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(changes) if changes.is_empty() => hash,
+            _ => format!("{hash} (dirty)"),
+        },
+        None => "unknown".to_owned(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Rig {
     pub cores: usize,

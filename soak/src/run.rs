@@ -10,7 +10,7 @@ use queen_harness::{Knobs, Spread};
 use queen_sweeper::Config;
 use queen_sweeper::clock;
 use queen_sweeper::{Payload, TimerOp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use crate::brokers::{Broker, Counters};
@@ -237,7 +237,38 @@ pub struct RunResult {
     pub broker_peak_rss_kib: Option<u64>,
     /// Seconds from the first to the last fired message (database timestamps).
     pub fire_span_s: f64,
+    /// The load's start, epoch seconds (the origin of `series` and of the lateness seconds).
+    #[serde(default)]
+    pub start_epoch_s: f64,
+    /// The first and the last fired message, epoch seconds (database timestamps).
+    #[serde(default)]
+    pub fire_window_epoch_s: Option<(f64, f64)>,
+    /// The earliest and the latest promised delivery instant, epoch seconds.
+    #[serde(default)]
+    pub due_window_epoch_s: Option<(f64, f64)>,
+    /// What a SIGKILL cost, when the run killed a broker.
+    #[serde(default)]
+    pub kill: Option<KillEffect>,
+    /// Schedule calls that failed (their timers are no promise), and the first one's error.
+    #[serde(default)]
+    pub schedule_failures: u64,
+    #[serde(default)]
+    pub first_schedule_error: Option<String>,
     pub series: Vec<Sample>,
+}
+
+/// The timers a SIGKILL could have delayed: those due before the kill and fired after it
+/// (whatever the killed broker held, or was about to take, is among them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillEffect {
+    /// The instant the signal was sent, seconds into the run.
+    pub at_s: f64,
+    /// Timers due at or before the kill that fired after it.
+    pub overdue_at_kill: u64,
+    /// From the kill to the last of them firing, ms (0 when there were none).
+    pub last_fired_after_kill_ms: f64,
+    /// Their lateness (fire minus due), ms.
+    pub lateness_ms: Spread,
 }
 
 /// What the load generators share with the sampler.
@@ -246,6 +277,8 @@ struct Shared {
     promised_txns: Vec<String>,
     promised_at_us: Vec<i64>,
     schedule_failures: u64,
+    /// The first refused schedule's error, for the run's result.
+    first_schedule_error: Option<String>,
     /// Every push of the run.
     push_latency_us: Histogram<u64>,
     /// The pushes since the sampler last looked.
@@ -260,6 +293,7 @@ impl Shared {
             promised_txns: Vec::new(),
             promised_at_us: Vec::new(),
             schedule_failures: 0,
+            first_schedule_error: None,
             push_latency_us: histogram(),
             push_second: histogram(),
             pushes_total: 0,
@@ -286,6 +320,8 @@ struct Loaded {
     promised_txns: Vec<String>,
     promised_at_us: Vec<i64>,
     push_latency_us: Histogram<u64>,
+    schedule_failures: u64,
+    first_schedule_error: Option<String>,
 }
 
 impl Load {
@@ -337,6 +373,8 @@ impl Load {
             promised_txns: std::mem::take(&mut s.promised_txns),
             promised_at_us: std::mem::take(&mut s.promised_at_us),
             push_latency_us: std::mem::replace(&mut s.push_latency_us, histogram()),
+            schedule_failures: s.schedule_failures,
+            first_schedule_error: s.first_schedule_error.take(),
         })
     }
 }
@@ -350,6 +388,10 @@ struct Measured {
     counters: Counters,
     push_latency_us: Histogram<u64>,
     broker_peak_rss_kib: Option<u64>,
+    /// When a broker was killed, epoch seconds.
+    killed_at_epoch_s: Option<f64>,
+    schedule_failures: u64,
+    first_schedule_error: Option<String>,
 }
 
 #[derive(Debug)]
@@ -377,7 +419,8 @@ impl Run<'_> {
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
-        let series = self.sample(db, w, &brokers, &load.shared, started).await?;
+        let (series, killed_at_epoch_s) =
+            self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
         if let Some(holder) = held {
             release_held(holder).await?;
@@ -394,6 +437,9 @@ impl Run<'_> {
             counters,
             push_latency_us: loaded.push_latency_us,
             broker_peak_rss_kib,
+            killed_at_epoch_s,
+            schedule_failures: loaded.schedule_failures,
+            first_schedule_error: loaded.first_schedule_error,
         };
         self.finish(db, w, measured).await
     }
@@ -432,6 +478,9 @@ impl Run<'_> {
             counters,
             push_latency_us,
             broker_peak_rss_kib,
+            killed_at_epoch_s,
+            schedule_failures,
+            first_schedule_error,
         } = measured;
         let late = db.lateness(start_epoch_s).await?;
         let mut overall = histogram();
@@ -478,12 +527,21 @@ impl Run<'_> {
             fired_early,
             broker_peak_rss_kib,
             fire_span_s: db.fire_span_s().await?,
+            start_epoch_s,
+            fire_window_epoch_s: db.fire_window_epoch_s().await?,
+            due_window_epoch_s: db.due_window_epoch_s().await?,
+            schedule_failures,
+            first_schedule_error,
+            kill: match killed_at_epoch_s {
+                Some(at) => Some(kill_effect(db, at, start_epoch_s).await?),
+                None => None,
+            },
             series,
         })
     }
 
     /// Samples once a second for the run's length; prints progress every five seconds; kills
-    /// a broker when asked to.
+    /// a broker when asked to, and returns when (epoch seconds).
     async fn sample(
         &self,
         db: &RunDb,
@@ -491,8 +549,9 @@ impl Run<'_> {
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
         shared: &Mutex<Shared>,
         started: std::time::Instant,
-    ) -> Result<Vec<Sample>, Error> {
+    ) -> Result<(Vec<Sample>, Option<f64>), Error> {
         let mut series = Vec::with_capacity(w.seconds as usize);
+        let mut killed_at = None;
         let mut last_lsn = db.wal_lsn().await?;
         let mut last = Counters::default();
         let mut last_pushes = 0;
@@ -503,6 +562,7 @@ impl Run<'_> {
                 && let Some(victim) = brokers.write().await.first_mut()
             {
                 victim.kill()?;
+                killed_at = Some(clock::wall_since_epoch().as_secs_f64());
                 eprintln!("soak: t={t}s SIGKILL to broker 1");
             }
             let mut now = Counters::default();
@@ -543,7 +603,7 @@ impl Run<'_> {
             last_pushes = pushes;
             series.push(sample);
         }
-        Ok(series)
+        Ok((series, killed_at))
     }
 
     /// After the load: waits (bounded) until nothing due is left unfired.
@@ -601,6 +661,23 @@ fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
 /// Puts what the workload wants on the database before any broker starts: the tables'
 /// fillfactor, the future and due backlogs, fresh statistics, and the due rows held locked
 /// (returned, open, for [`release_held`]).
+/// The timers due before the kill at `at` (epoch seconds) that fired after it.
+async fn kill_effect(db: &RunDb, at: f64, start_epoch_s: f64) -> Result<KillEffect, Error> {
+    let late = db.overdue_at(at).await?;
+    let mut h = histogram();
+    let mut last_after_ms: f64 = 0.0;
+    for (after_ms, late_ms) in &late {
+        h.saturating_record((late_ms.max(0.0) * 1000.0) as u64 + 1);
+        last_after_ms = last_after_ms.max(*after_ms);
+    }
+    Ok(KillEffect {
+        at_s: ((at - start_epoch_s) * 10.0).round() / 10.0,
+        overdue_at_kill: late.len() as u64,
+        last_fired_after_kill_ms: last_after_ms.round(),
+        lateness_ms: Spread::of(&h, 1000.0),
+    })
+}
+
 async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>, Error> {
     if let Some(fillfactor) = w.fillfactor {
         for table in ["queen.log_timers", "queen.kv"] {
@@ -723,27 +800,64 @@ async fn schedule_load(
         if count > 0 {
             let tenant = format!("t{}", tick % u64::from(w.tenants.max(1)));
             let (txns, ops) = timers.next(&w, count);
-            let answer = match &sql {
-                Some(store) => schedule_by_sql(store, &tenant, &ops).await,
-                None => schedule_by_broker(&brokers, tick, &tenant, &ops).await,
+            // A burst goes in calls of at most the API's default size (one call of 20 000 ran
+            // past the statement timeout), each aimed at the same instant.
+            let due_at = clock::monotonic_now() + Duration::from_millis(w.timer_delay_ms.0);
+            let chunk = if w.burst_every_s.is_some() {
+                BURST_CALL_OPS
+            } else {
+                ops.len().max(1)
             };
-            let mut s = shared.lock().expect("not poisoned");
-            match answer {
-                Ok(promised) => {
-                    for (txn, at) in txns.into_iter().zip(promised) {
-                        if let Some(at) = at {
-                            s.promised_txns.push(txn);
-                            s.promised_at_us.push(at);
+            for (txns, ops) in txns.chunks(chunk).zip(ops.chunks(chunk)) {
+                let mut ops = ops.to_vec();
+                if w.burst_every_s.is_some() {
+                    aim_at(&mut ops, due_at);
+                }
+                let answer = match &sql {
+                    Some(store) => schedule_by_sql(store, &tenant, &ops).await,
+                    None => schedule_by_broker(&brokers, tick, &tenant, &ops).await,
+                };
+                let mut s = shared.lock().expect("not poisoned");
+                match answer {
+                    Ok(promised) => {
+                        for (txn, at) in txns.iter().zip(promised) {
+                            if let Some(at) = at {
+                                s.promised_txns.push(txn.clone());
+                                s.promised_at_us.push(at);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        s.schedule_failures += 1;
+                        if s.first_schedule_error.is_none() {
+                            let message = crate::error::chain(&e);
+                            eprintln!("soak: a schedule of {} timers failed: {message}", ops.len());
+                            s.first_schedule_error = Some(message);
                         }
                     }
                 }
-                Err(_) => s.schedule_failures += 1,
             }
         }
         let next = started + Duration::from_millis(10 * (tick + 1));
         tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
     }
     Ok(())
+}
+
+/// Operations per schedule call of a burst: the API's default `QUEEN_TIMERS_MAX_OPS_PER_CALL`.
+const BURST_CALL_OPS: usize = 1_000;
+
+/// Sets every schedule's delay so that it is due at `due_at` (this host's clock is the
+/// database's: the soak's server is on loopback).
+fn aim_at(ops: &mut [TimerOp], due_at: std::time::Instant) {
+    let delay = due_at
+        .saturating_duration_since(clock::monotonic_now())
+        .as_millis() as i64;
+    for op in ops {
+        if let TimerOp::Schedule { delay_ms, .. } = op {
+            *delay_ms = delay;
+        }
+    }
 }
 
 /// A store of its own for scheduling without a seam: one connection, a 5 s statement timeout.
