@@ -128,7 +128,6 @@ CREATE OR REPLACE FUNCTION queen.log_timers_pick_v1(
 )
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
-SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 -- The generic plan PostgreSQL settles on after five calls cannot see the round's small LIMIT and
 -- reads much more of each shard: 3.5 ms per 200-row claim became 12 ms (20 000 due rows).
@@ -372,7 +371,13 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
 )
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
-SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
+-- plan_cache_mode = force_custom_plan, here and on the fire, the fail and the DLQ (the leased
+-- path, called once per batch): their statements join the batch's own arrays against log_timers,
+-- and a generic plan cached while the table was small looked rows up by the primary key's
+-- (tenant_id, queue) prefix and filtered the queue's whole backlog: a claim and its fire read
+-- 100 000-200 000 rows for 200 timers with 100 000 pending (sweeper/tests/plans_pg.rs,
+-- 2026-12-04). A plan made for the call's values and the table's current size does not.
+SET plan_cache_mode = force_custom_plan
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

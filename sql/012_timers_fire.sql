@@ -63,7 +63,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
 ) RETURNS TABLE (segment integer, result text, timers integer, first_offset bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
-SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
+SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_claim_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

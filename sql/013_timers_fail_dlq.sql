@@ -22,7 +22,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
 ) RETURNS TABLE (tenant_id text, queue text, timer_key text, attempts integer, exhausted boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
-SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
+SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_claim_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column
@@ -84,7 +84,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
 ) RETURNS TABLE (tenant_id text, queue text, timer_key text, dlq_id bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
-SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_take_v1: one plan per call, made for its rows
+SET plan_cache_mode = force_custom_plan  -- see queen.log_timers_claim_v1: one plan per call, made for its rows
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column

@@ -38,15 +38,9 @@ CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
 )
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
--- plan_cache_mode = force_custom_plan, on the functions called once per batch: their statements
--- address rows by the batch's own arrays (ctid = ANY (...), keys), and only a plan made for the
--- call's values and the table's current size is safe. enable_seqscan = off alone was not: the
--- generic plan cached while the table was small then walked the whole primary-key index to filter
--- on ctid, 1 110-1 290 ms per 200-row take with 200 000 pending rows (2026-12-04, commit add4ffd
--- plus this change), where the custom plan is a TID scan. Planning once per batch costs little
--- next to the batch; the per-operation statements of the apply keep their cached plans, which
--- are key lookups.
-SET plan_cache_mode = force_custom_plan
+-- Generic plans are kept (planning each call cost 1.5 ms of a 10.4 ms take, 2026-12-04): every
+-- statement below reaches log_timers by address, in a query of its own, so no cached plan can
+-- walk the backlog instead (sweeper/tests/plans_pg.rs counts the rows each call reads).
 SET jit = off  -- see queen.log_append_v1: JIT costs far more than it saves here
 AS $$
 #variable_conflict use_column
@@ -76,11 +70,14 @@ BEGIN
            array_agg(lp.id ORDER BY d.tenant_id, d.queue, d.partition)
     INTO v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids
     FROM (SELECT DISTINCT t.tenant_id, t.queue, t.partition
-          -- OFFSET 0 keeps the TID scan a query of its own: flattened, the planner may prefer a
-          -- walk of the primary key in destination order, filtered on ctid (every pending row of
-          -- the queue, when the statistics predate the backlog).
-          FROM (SELECT h.tenant_id, h.queue, h.partition
-                FROM queen.log_timers h WHERE h.ctid = ANY (v_ctids) OFFSET 0) AS t) AS d
+          -- The rows are read by address in a query of their own (MATERIALIZED): flattened into
+          -- the DISTINCT, the planner may prefer a walk of the primary key in destination order,
+          -- filtered on ctid (every pending row of the queue: 478 ms per 200-row take with
+          -- 200 000 pending, on a plan made while the table was small, 2026-12-04).
+          FROM (WITH held AS MATERIALIZED (
+                    SELECT h.tenant_id, h.queue, h.partition
+                    FROM queen.log_timers h WHERE h.ctid = ANY (v_ctids))
+                SELECT * FROM held) AS t) AS d
     LEFT JOIN queen.queues q ON q.tenant_id = d.tenant_id AND q.name = d.queue
     LEFT JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = d.partition;
     -- Provision the missing ones one by one, in destination order (one global order for every

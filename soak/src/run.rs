@@ -279,6 +279,8 @@ struct Shared {
     schedule_failures: u64,
     /// The first refused schedule's error, for the run's result.
     first_schedule_error: Option<String>,
+    /// The run has SIGKILLed its first broker: schedules go to the others.
+    first_broker_killed: bool,
     /// Every push of the run.
     push_latency_us: Histogram<u64>,
     /// The pushes since the sampler last looked.
@@ -294,6 +296,7 @@ impl Shared {
             promised_at_us: Vec::new(),
             schedule_failures: 0,
             first_schedule_error: None,
+            first_broker_killed: false,
             push_latency_us: histogram(),
             push_second: histogram(),
             pushes_total: 0,
@@ -563,6 +566,7 @@ impl Run<'_> {
             {
                 victim.kill()?;
                 killed_at = Some(clock::wall_since_epoch().as_secs_f64());
+                shared.lock().expect("not poisoned").first_broker_killed = true;
                 eprintln!("soak: t={t}s SIGKILL to broker 1");
             }
             let mut now = Counters::default();
@@ -815,7 +819,10 @@ async fn schedule_load(
                 }
                 let answer = match &sql {
                     Some(store) => schedule_by_sql(store, &tenant, &ops).await,
-                    None => schedule_by_broker(&brokers, tick, &tenant, &ops).await,
+                    None => {
+                        let killed = shared.lock().expect("not poisoned").first_broker_killed;
+                        schedule_by_broker(&brokers, killed, tick, &tenant, &ops).await
+                    }
                 };
                 let mut s = shared.lock().expect("not poisoned");
                 match answer {
@@ -939,16 +946,19 @@ impl TimerStream {
     }
 }
 
-/// Schedules through the broker whose turn tick `tick` is, round robin over those alive.
+/// Schedules through the broker whose turn tick `tick` is, round robin over those alive (the
+/// first is dead once the run has killed it).
 async fn schedule_by_broker(
     brokers: &tokio::sync::RwLock<Vec<Broker>>,
+    first_killed: bool,
     tick: u64,
     tenant: &str,
     ops: &[TimerOp],
 ) -> Result<Vec<Option<i64>>, Error> {
     let brokers = brokers.read().await;
-    let live = brokers.len().max(1);
-    match brokers.get((tick as usize) % live) {
+    let skip = usize::from(first_killed && brokers.len() > 1);
+    let live = (brokers.len() - skip).max(1);
+    match brokers.get(skip + (tick as usize) % live) {
         Some(broker) => broker.schedule(tenant, ops).await,
         None => Err(Error::Broker("no broker".into())),
     }

@@ -239,15 +239,17 @@ pub async fn bursts(run: &Run<'_>) -> Result<Vec<BurstRun>, String> {
     Ok(out)
 }
 
-/// Three broker processes at the canonical load, one SIGKILLed 10 s in, shipped knobs (the
-/// default lease): how long the timers due before the kill waited after it.
+/// Three broker processes at the canonical load with 2 000 timers/s (so that a broker is likely
+/// inside a take when the signal lands), one SIGKILLed 10 s in, shipped knobs (the default
+/// lease): how long the timers due before the kill waited after it.
 pub async fn kill(run: &Run<'_>, seconds: u64) -> Result<Option<KillEffect>, String> {
     if run.sweeper_binary.is_none() {
         eprintln!("soak: bench: no queen-sweeper binary next to soak; the kill run is skipped");
         return Ok(None);
     }
     let mut w = Workload::canonical(seconds.max(20));
-    w.label = "bench: a broker SIGKILLed".into();
+    w.label = "a broker SIGKILLed".into();
+    w.timers_per_s = 2_000;
     w.broker_processes = true;
     w.kill_one_at_s = Some(10);
     w.drain_limit_s = 60;
