@@ -278,7 +278,9 @@ async fn drains(
             cpu::used_between(&samples, from, to)
                 .map(|used| (used / result.counters.fired.max(1) as f64 * 1e7).round() / 10.0)
         });
-        let mean_cpu = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| (a + b) / 2.0);
+        let mean_cpu = |a: Option<f64>, b: Option<f64>| {
+            a.zip(b).map(|(a, b)| ((a + b) / 2.0 * 10.0).round() / 10.0)
+        };
         let point = DrainPoint {
             brokers,
             per_s: result.busy_fired_per_s(),

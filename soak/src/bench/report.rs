@@ -90,7 +90,7 @@ fn drains(page: &mut String, bench: &Bench) {
 }
 
 fn opt(x: Option<f64>) -> String {
-    x.map_or("-".to_owned(), |x| format!("{x}"))
+    x.map_or("-".to_owned(), |x| format!("{x:.1}"))
 }
 
 fn drain_targets(d: &DrainPoint) -> String {
@@ -313,11 +313,11 @@ mod tests {
         drains(&mut page, &bench);
         // 64% of the one-connection limit: under the 65% target.
         assert!(
-            page.contains("| 1 | 6400 | 10000 | 64% | 10000 | 64% | 70 (50) | 1.4× | **missed** (≥ 65% of the 1-connection limit); met (CPU ≤ 1.5× the limit's) |"),
+            page.contains("| 1 | 6400 | 10000 | 64% | 10000 | 64% | 70.0 (50.0) | 1.4× | **missed** (≥ 65% of the 1-connection limit); met (CPU ≤ 1.5× the limit's) |"),
             "{page}"
         );
         // 75% of the same-connection limit though 120% of the one-connection one; CPU 1.6×.
-        assert!(page.contains("| 2 | 12000 | 16000 | 75% | 10000 | 120% | 80 (50) | 1.6× | **missed** (≥ 80% of the same-connection limit and > 100% of the 1-connection limit); **missed** (CPU ≤ 1.5× the limit's) |"), "{page}");
+        assert!(page.contains("| 2 | 12000 | 16000 | 75% | 10000 | 120% | 80.0 (50.0) | 1.6× | **missed** (≥ 80% of the same-connection limit and > 100% of the 1-connection limit); **missed** (CPU ≤ 1.5× the limit's) |"), "{page}");
         // 56% and 90%: both halves of the many-broker target missed.
         assert!(
             page.contains("| 4 | 9000 | 16000 | 56.3% | 10000 | 90% |"),
