@@ -27,6 +27,23 @@ pub enum Error {
     /// A plot could not be drawn.
     #[error("cannot draw a plot")]
     Chart(#[from] queen_harness::Error),
+    /// A file to merge could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file to merge is not a sim JSON report.
+    #[error("{} is not a sim JSON report", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The files to merge are not shards of one plan.
+    #[error("cannot merge: {0}")]
+    Merge(String),
 }
 
 /// `error` and each of its sources, one per line after the first, for a person at a terminal.

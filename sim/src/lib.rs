@@ -15,10 +15,12 @@
 //! | [`analysis`] | numbers from a run: lateness, stale segments, queries, over time |
 //! | [`scenarios`] | [`scenarios::Scenario`]: `livelock`, `spin`, `crash`, `wake`, `burst`, `fairness`, `partition`, `swarm` |
 //! | [`report`] | the summary table, the JSON report, the plots |
+//! | [`batch`] | many runs: `--jobs` threads, `--shard K/N` of a plan, `--merge` of the shards' JSON |
 //! | [`error`] | [`Error`]: writing the results failed, with the cause |
 //! | [`rng`], [`time`] | the seeded generator and simulated time |
 
 pub mod analysis;
+pub mod batch;
 pub mod checkers;
 pub mod client;
 pub mod error;

@@ -2,19 +2,23 @@
 //!
 //! ```text
 //! sim --scenario livelock --seed 1 [--json report.json] [--duration-s 600]
-//! sim --swarm --seeds 1..50
+//! sim --swarm --seeds 1..1001 --jobs 0             every core
+//! sim --swarm --seeds 1..1001 --shard 2/4 --json part-2.json   a quarter of the plan, on one machine
+//! sim --merge part-1.json part-2.json ... --json all.json      the file one machine would write
 //! sim --all --seeds 1..3
 //! sim --list
 //! ```
 //!
 //! Every run prints its seed first; a failure prints the command that reproduces it and exits 1.
+//! The JSON is in plan order whatever the job count, so it is the same on 1 job or 16.
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use queen_sim::batch::{self, Outcome, Shard};
 use queen_sim::error::{self, Error};
 use queen_sim::report;
-use queen_sim::scenarios::{self, Options, Scenario, ScenarioReport};
+use queen_sim::scenarios::{Options, Scenario, ScenarioReport};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -46,6 +50,16 @@ struct Cli {
     /// Write each scenario's report directory here: JSON, SVG plots over time, a markdown page.
     #[arg(long)]
     report_dir: Option<std::path::PathBuf>,
+    /// Threads to run seeds on (0: one per core). The output does not depend on it.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// Only this part of the plan, `K/N`: every N-th run from the K-th (to split a range across
+    /// machines; join their --json files with --merge).
+    #[arg(long)]
+    shard: Option<Shard>,
+    /// Join these JSON files (shards of one plan) into --json, in plan order, and exit.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["scenario", "swarm", "all"])]
+    merge: Vec<std::path::PathBuf>,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -78,9 +92,18 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if !cli.merge.is_empty() {
+        return match batch::merge(&cli.merge).and_then(|text| write_json(&cli, &text)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("sim: {}", error::chain(&error));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let Some(plan) = plan(&cli) else {
         eprintln!(
-            "sim: say what to run: --scenario NAME, --swarm --seeds A..B, or --all --seeds A..B (--list names them)"
+            "sim: say what to run: --scenario NAME, --swarm --seeds A..B, --all --seeds A..B, or --merge FILES (--list names them)"
         );
         return ExitCode::from(2);
     };
@@ -107,54 +130,91 @@ fn main() -> ExitCode {
     }
 }
 
-/// The (scenario, seed) runs the command line asks for, or `None` when it asks for none.
+/// The (scenario, seed) runs the command line asks for (this shard's part of them), or `None`
+/// when it asks for none.
 fn plan(cli: &Cli) -> Option<Vec<(Scenario, u64)>> {
-    match (cli.scenario, cli.swarm, cli.all) {
-        (Some(scenario), _, _) => Some(vec![(scenario, cli.seed)]),
-        (None, true, _) => Some(seeds(cli).map(|s| (Scenario::Swarm, s)).collect()),
-        (None, false, true) => Some(
-            Scenario::all()
-                .iter()
-                .flat_map(|scenario| seeds(cli).map(move |s| (*scenario, s)))
-                .collect(),
-        ),
-        (None, false, false) => None,
-    }
+    let plan = match (cli.scenario, cli.swarm, cli.all) {
+        (Some(scenario), _, _) => vec![(scenario, cli.seed)],
+        (None, true, _) => seeds(cli).map(|s| (Scenario::Swarm, s)).collect(),
+        (None, false, true) => Scenario::all()
+            .iter()
+            .flat_map(|scenario| seeds(cli).map(move |s| (*scenario, s)))
+            .collect(),
+        (None, false, false) => return None,
+    };
+    Some(match cli.shard {
+        Some(shard) => shard.select(&plan),
+        None => plan,
+    })
 }
 
-/// Runs the plan, printing each run's table and writing what was asked; returns the reproduce
-/// commands of the runs that failed.
+/// Runs the plan, printing each run's table as it finishes and writing what was asked; returns
+/// the reproduce commands of the runs that failed.
 fn run(cli: &Cli, plan: &[(Scenario, u64)]) -> Result<Vec<String>, Error> {
     let options = Options {
         duration_s: cli.duration_s,
     };
-    let mut reports: Vec<ScenarioReport> = Vec::with_capacity(plan.len());
-    for (i, (scenario, seed)) in plan.iter().enumerate() {
-        println!("[{}/{}] seed {seed} scenario {scenario}", i + 1, plan.len());
-        let report = scenarios::run(*scenario, *seed, options);
-        print!("{}", report::table(&report));
-        if let Some(dir) = &cli.report_dir {
-            let files = report::write_dir(dir, &report)?;
+    let jobs = match cli.jobs {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let started = std::time::Instant::now();
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let print = |i: usize, outcome: &Outcome| {
+        let n = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let (scenario, seed) = plan[i];
+        // One block per run, written at once, so the tables of parallel runs do not interleave.
+        let block = match outcome {
+            Outcome::Ran(report) => report::table(report),
+            Outcome::Panicked { message, .. } => format!("  PANICKED: {message}\n"),
+        };
+        print!(
+            "[{n}/{}] seed {seed} scenario {scenario}\n{block}",
+            plan.len()
+        );
+    };
+    let outcomes = batch::run(plan, options, jobs, &print);
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "{} run(s) in {seconds:.1} s on {jobs} job(s): {:.0} runs/hour",
+        plan.len(),
+        plan.len() as f64 / seconds.max(1e-9) * 3600.0
+    );
+    let failed = outcomes
+        .iter()
+        .filter(|o| !o.passed())
+        .map(|o| o.reproduce().to_owned())
+        .collect();
+    let reports: Vec<ScenarioReport> = outcomes
+        .into_iter()
+        .filter_map(|o| match o {
+            Outcome::Ran(report) => Some(*report),
+            Outcome::Panicked { .. } => None,
+        })
+        .collect();
+    if let Some(dir) = &cli.report_dir {
+        for report in &reports {
+            let files = report::write_dir(dir, report)?;
             println!("  wrote {} files to {}", files.len(), dir.display());
         }
-        reports.push(report);
     }
-    if let Some(path) = &cli.json {
-        let text = report::json(&reports);
-        if path == "-" {
+    if cli.json.is_some() {
+        write_json(cli, &report::json(&reports))?;
+    }
+    Ok(failed)
+}
+
+/// Writes `text` where --json says (`-` or nothing: stdout).
+fn write_json(cli: &Cli, text: &str) -> Result<(), Error> {
+    match cli.json.as_deref() {
+        None | Some("-") => {
             use std::io::Write as _;
             std::io::stdout()
                 .write_all(text.as_bytes())
-                .map_err(Error::Stdout)?;
-        } else {
-            report::write_file(std::path::Path::new(path), &text)?;
+                .map_err(Error::Stdout)
         }
+        Some(path) => report::write_file(std::path::Path::new(path), text),
     }
-    Ok(reports
-        .into_iter()
-        .filter(|r| !r.passed)
-        .map(|r| r.reproduce)
-        .collect())
 }
 
 fn seeds(cli: &Cli) -> std::ops::Range<u64> {

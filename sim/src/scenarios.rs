@@ -129,6 +129,18 @@ pub struct Options {
     pub duration_s: Option<u64>,
 }
 
+/// The one line that runs `scenario` on `seed` again, alone.
+pub fn reproduce_command(scenario: Scenario, seed: u64, options: Options) -> String {
+    let duration = options
+        .duration_s
+        .map(|s| format!(" --duration-s {s}"))
+        .unwrap_or_default();
+    format!(
+        "cargo run --release -p queen-sim --bin sim -- --scenario {scenario} --seed {seed}{duration}"
+    )
+}
+
+/// Runs `scenario` on `seed`: its runs, findings and expectations.
 pub fn run(scenario: Scenario, seed: u64, options: Options) -> ScenarioReport {
     let (runs, findings, expectations) = match scenario {
         Scenario::Livelock => livelock(seed, options),
@@ -147,16 +159,10 @@ pub fn run(scenario: Scenario, seed: u64, options: Options) -> ScenarioReport {
             .all(|c| c.passed)
     });
     let passed = gated && expectations.iter().all(|c| c.passed);
-    let duration = options
-        .duration_s
-        .map(|s| format!(" --duration-s {s}"))
-        .unwrap_or_default();
     ScenarioReport {
         scenario,
         seed,
-        reproduce: format!(
-            "cargo run --release -p queen-sim --bin sim -- --scenario {scenario} --seed {seed}{duration}"
-        ),
+        reproduce: reproduce_command(scenario, seed, options),
         runs,
         findings,
         expectations,
