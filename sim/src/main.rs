@@ -29,7 +29,7 @@ struct Cli {
     /// One scenario by name (see --list).
     #[arg(long, value_enum, conflicts_with_all = ["swarm", "all"])]
     scenario: Option<Scenario>,
-    /// The seed of a single run.
+    /// The seed of a single run (--seeds runs a range instead).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// The swarm: random worlds, one per seed of --seeds.
@@ -133,8 +133,8 @@ fn main() -> ExitCode {
 /// The (scenario, seed) runs the command line asks for (this shard's part of them), or `None`
 /// when it asks for none.
 fn plan(cli: &Cli) -> Option<Vec<(Scenario, u64)>> {
-    let plan = match (cli.scenario, cli.swarm, cli.all) {
-        (Some(scenario), _, _) => vec![(scenario, cli.seed)],
+    let plan: Vec<(Scenario, u64)> = match (cli.scenario, cli.swarm, cli.all) {
+        (Some(scenario), _, _) => seeds(cli).map(|s| (scenario, s)).collect(),
         (None, true, _) => seeds(cli).map(|s| (Scenario::Swarm, s)).collect(),
         (None, false, true) => Scenario::all()
             .iter()

@@ -561,10 +561,14 @@ fn wake(seed: u64) -> Parts {
     w.safety_ms = 20_000;
     w.liveness_ms = 5_000;
     w.bursts = vec![
+        // Scheduled halfway between the idle brokers' passes and due 30 ms after its commit, so
+        // only the wake can have it fired at once. (Scheduled at 5 000 ms and due 300 ms later,
+        // a pass at the whole second saw it first: with the wake removed, the check still
+        // passed on seeds 1-40.)
         Burst {
-            at_ms: 5_000,
+            at_ms: 5_450,
             count: 1,
-            delay_ms: 300,
+            delay_ms: 30,
             payload_bytes: 100,
             tenant: "tenant-0".into(),
             broker: 1,
@@ -601,9 +605,11 @@ fn wake(seed: u64) -> Parts {
         json!(describe(&elsewhere)),
     );
     findings.insert("ceilingMs".into(), json!(ceiling));
-    let woke_fast = on_wake
-        .iter()
-        .all(|(_, _, late, by)| *late < 50.0 && by == "broker-1");
+    // At once, whoever fires it: on seeds 28 and 40 of 1-40 another broker's pass came first and
+    // fired it 3 ms late (commit 66dfa5c). Which broker fires is not the seed's rule; how late
+    // is. Without the wake, broker-1 sleeps up to the ceiling and the others' passes are as far
+    // apart.
+    let woke_fast = !on_wake.is_empty() && on_wake.iter().all(|(_, _, late, _)| *late < 50.0);
     let net_held = elsewhere.len() == 1
         && elsewhere
             .iter()
