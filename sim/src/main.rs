@@ -158,7 +158,7 @@ fn run(cli: &Cli, plan: &[(Scenario, u64)]) -> Result<Vec<String>, Error> {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
-    let started = std::time::Instant::now();
+    let started = queen_sweeper::clock::monotonic_now();
     let finished = std::sync::atomic::AtomicUsize::new(0);
     let print = |i: usize, outcome: &Outcome| {
         let n = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -174,7 +174,7 @@ fn run(cli: &Cli, plan: &[(Scenario, u64)]) -> Result<Vec<String>, Error> {
         );
     };
     let outcomes = batch::run(plan, options, jobs, &print);
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = (queen_sweeper::clock::monotonic_now() - started).as_secs_f64();
     println!(
         "{} run(s) in {seconds:.1} s on {jobs} job(s): {:.0} runs/hour",
         plan.len(),

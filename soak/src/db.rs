@@ -193,34 +193,40 @@ impl RunDb {
     /// Seconds between the first and the last fired message the soak promised (the drain time
     /// of a backlog, measured by the database, not by the sampler's one-second steps).
     pub async fn fire_span_s(&self) -> Result<f64, Error> {
-        let span: Option<f64> = sqlx::query_scalar(
-            "SELECT extract(epoch FROM max(m.created_at) - min(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(Error::db("cannot read the fire span"))?;
-        Ok(span.unwrap_or(0.0))
+        Ok(self
+            .fire_window_epoch_s()
+            .await?
+            .map_or(0.0, |(first, last)| last - first))
     }
 
     /// The first and the last fired message the soak promised, epoch seconds.
     pub async fn fire_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
-        let (first, last): (Option<f64>, Option<f64>) = sqlx::query_as(
+        self.epoch_window(
             "SELECT extract(epoch FROM min(m.created_at))::float8, extract(epoch FROM max(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",
+            "cannot read the fire window",
         )
-        .fetch_one(&self.pool)
         .await
-        .map_err(Error::db("cannot read the fire window"))?;
-        Ok(first.zip(last))
     }
 
     /// The earliest and the latest promised delivery instant, epoch seconds.
     pub async fn due_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
-        let (first, last): (Option<f64>, Option<f64>) = sqlx::query_as(
+        self.epoch_window(
             "SELECT extract(epoch FROM min(deliver_at))::float8, extract(epoch FROM max(deliver_at))::float8 FROM soak_expected",
+            "cannot read the due window",
         )
-        .fetch_one(&self.pool)
         .await
-        .map_err(Error::db("cannot read the due window"))?;
+    }
+
+    /// A (min, max) pair of epoch seconds read by `sql`; `None` when there were no rows.
+    async fn epoch_window(
+        &self,
+        sql: &'static str,
+        what: &'static str,
+    ) -> Result<Option<(f64, f64)>, Error> {
+        let (first, last): (Option<f64>, Option<f64>) = sqlx::query_as(sql)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db(what))?;
         Ok(first.zip(last))
     }
 
