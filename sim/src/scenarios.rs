@@ -609,12 +609,23 @@ fn wake(seed: u64) -> Parts {
     // fired it 3 ms late (commit 66dfa5c). Which broker fires is not the seed's rule; how late
     // is. Without the wake, broker-1 sleeps up to the ceiling and the others' passes are as far
     // apart.
+    let expectations = wake_expectations(&on_wake, &elsewhere, ceiling);
+    (vec![run], findings, expectations)
+}
+
+/// The wake's two expectations, from the fires of the timer scheduled on the live broker-1 and
+/// of the one scheduled on broker-2, which died (txn, deliver instant, lateness ms, fired by).
+fn wake_expectations(
+    on_wake: &[(String, u64, f64, String)],
+    elsewhere: &[(String, u64, f64, String)],
+    ceiling: f64,
+) -> Vec<Check> {
     let woke_fast = !on_wake.is_empty() && on_wake.iter().all(|(_, _, late, _)| *late < 50.0);
     let net_held = elsewhere.len() == 1
         && elsewhere
             .iter()
             .all(|(_, _, late, by)| *late <= ceiling + 50.0 && by != "broker-2");
-    let expectations = vec![
+    vec![
         expect(
             "the_local_wake_fires_at_once",
             woke_fast,
@@ -625,8 +636,7 @@ fn wake(seed: u64) -> Parts {
             net_held,
             format!("scheduled on broker-2, which died: {elsewhere:?}"),
         ),
-    ];
-    (vec![run], findings, expectations)
+    ]
 }
 
 /// A burst of 50 000 timers due at once on three brokers.

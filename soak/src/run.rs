@@ -485,22 +485,7 @@ impl Run<'_> {
             schedule_failures,
             first_schedule_error,
         } = measured;
-        let late = db.lateness(start_epoch_s).await?;
-        let mut overall = histogram();
-        let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
-        for (second, ms) in &late {
-            let micros = (ms.max(0.0) * 1000.0) as u64 + 1;
-            overall.saturating_record(micros);
-            by_second
-                .entry(second.max(0.0) as u64)
-                .or_insert_with(histogram)
-                .saturating_record(micros);
-        }
-        for sample in &mut series {
-            if let Some(h) = by_second.get(&sample.t_s) {
-                sample.lateness_p99_ms = Spread::of(h, 1000.0).p99;
-            }
-        }
+        let overall = lateness_into(&db.lateness(start_epoch_s).await?, &mut series);
         let (duplicates, never_fired, fired_early) = db.delivery_faults().await?;
         let wal: f64 =
             series.iter().map(|s| s.wal_bytes_per_s).sum::<f64>() / series.len().max(1) as f64;
@@ -665,6 +650,27 @@ fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
 /// Puts what the workload wants on the database before any broker starts: the tables'
 /// fillfactor, the future and due backlogs, fresh statistics, and the due rows held locked
 /// (returned, open, for [`release_held`]).
+/// The lateness of every fired timer, as one histogram (µs); each sample gets the p99 of the
+/// timers fired in its second.
+fn lateness_into(late: &[(f64, f64)], series: &mut [Sample]) -> Histogram<u64> {
+    let mut overall = histogram();
+    let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
+    for (second, ms) in late {
+        let micros = (ms.max(0.0) * 1000.0) as u64 + 1;
+        overall.saturating_record(micros);
+        by_second
+            .entry(second.max(0.0) as u64)
+            .or_insert_with(histogram)
+            .saturating_record(micros);
+    }
+    for sample in series {
+        if let Some(h) = by_second.get(&sample.t_s) {
+            sample.lateness_p99_ms = Spread::of(h, 1000.0).p99;
+        }
+    }
+    overall
+}
+
 /// The timers due before the kill at `at` (epoch seconds) that fired after it.
 async fn kill_effect(db: &RunDb, at: f64, start_epoch_s: f64) -> Result<KillEffect, Error> {
     let late = db.overdue_at(at).await?;
