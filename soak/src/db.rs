@@ -190,16 +190,8 @@ impl RunDb {
             )))
     }
 
-    /// Seconds between the first and the last fired message the soak promised (the drain time
-    /// of a backlog, measured by the database, not by the sampler's one-second steps).
-    pub async fn fire_span_s(&self) -> Result<f64, Error> {
-        Ok(self
-            .fire_window_epoch_s()
-            .await?
-            .map_or(0.0, |(first, last)| last - first))
-    }
-
-    /// The first and the last fired message the soak promised, epoch seconds.
+    /// The first and the last fired message the soak promised, epoch seconds (their distance is
+    /// the drain time of a backlog, measured by the database, not by the sampler's steps).
     pub async fn fire_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
         self.epoch_window(
             "SELECT extract(epoch FROM min(m.created_at))::float8, extract(epoch FROM max(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn)",

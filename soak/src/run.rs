@@ -196,8 +196,26 @@ impl RunResult {
     }
 }
 
-fn histogram() -> Histogram<u64> {
+/// A histogram of microseconds up to an hour, 3 significant figures: every latency of a run.
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+/// Values in ms, keyed by a whole second: one histogram (µs) of them all, and one per second.
+pub(crate) fn per_second(
+    values: impl Iterator<Item = (u64, f64)>,
+) -> (Histogram<u64>, BTreeMap<u64, Histogram<u64>>) {
+    let mut overall = histogram();
+    let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
+    for (second, ms) in values {
+        let micros = (ms.max(0.0) * 1000.0) as u64 + 1;
+        overall.saturating_record(micros);
+        by_second
+            .entry(second)
+            .or_insert_with(histogram)
+            .saturating_record(micros);
+    }
+    (overall, by_second)
 }
 
 /// One second of a run.
@@ -487,6 +505,7 @@ impl Run<'_> {
         } = measured;
         let overall = lateness_into(&db.lateness(start_epoch_s).await?, &mut series);
         let (duplicates, never_fired, fired_early) = db.delivery_faults().await?;
+        let fire_window_epoch_s = db.fire_window_epoch_s().await?;
         let wal: f64 =
             series.iter().map(|s| s.wal_bytes_per_s).sum::<f64>() / series.len().max(1) as f64;
         let queries_per_s_per_broker = counters
@@ -514,9 +533,9 @@ impl Run<'_> {
             never_fired,
             fired_early,
             broker_peak_rss_kib,
-            fire_span_s: db.fire_span_s().await?,
+            fire_span_s: fire_window_epoch_s.map_or(0.0, |(first, last)| last - first),
             start_epoch_s,
-            fire_window_epoch_s: db.fire_window_epoch_s().await?,
+            fire_window_epoch_s,
             due_window_epoch_s: db.due_window_epoch_s().await?,
             schedule_failures,
             first_schedule_error,
@@ -653,16 +672,10 @@ fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
 /// The lateness of every fired timer, as one histogram (µs); each sample gets the p99 of the
 /// timers fired in its second.
 fn lateness_into(late: &[(f64, f64)], series: &mut [Sample]) -> Histogram<u64> {
-    let mut overall = histogram();
-    let mut by_second: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
-    for (second, ms) in late {
-        let micros = (ms.max(0.0) * 1000.0) as u64 + 1;
-        overall.saturating_record(micros);
-        by_second
-            .entry(second.max(0.0) as u64)
-            .or_insert_with(histogram)
-            .saturating_record(micros);
-    }
+    let (overall, by_second) = per_second(
+        late.iter()
+            .map(|(second, ms)| (second.max(0.0) as u64, *ms)),
+    );
     for sample in series {
         if let Some(h) = by_second.get(&sample.t_s) {
             sample.lateness_p99_ms = Spread::of(h, 1000.0).p99;

@@ -4,14 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use queen_harness::Spread;
 use queen_sweeper::clock;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use crate::db::RunDb;
-use crate::run::{KillEffect, Run, RunResult, Workload};
+use crate::run::{KillEffect, Run, RunResult, Workload, per_second};
 
 /// The steady rates of the latency-throughput curve, timers/s.
 pub const RATES: [u32; 5] = [200, 500, 1_000, 2_000, 5_000];
@@ -83,18 +82,18 @@ pub async fn curve(run: &Run<'_>, seconds: u64) -> Result<Vec<CurvePoint>, Strin
 }
 
 fn curve_point(rate: u32, result: &RunResult, commits: &[(f64, f64)]) -> CurvePoint {
-    let mut overall = histogram();
-    let mut by_second: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
-    for (at, ms) in commits {
-        let micros = (ms * 1000.0) as u64 + 1;
-        overall.saturating_record(micros);
-        if *at >= result.start_epoch_s {
-            by_second
-                .entry((at - result.start_epoch_s) as u64)
-                .or_insert_with(histogram)
-                .saturating_record(micros);
-        }
-    }
+    // A commit counts in the run's second it started in; those before the run's start only in
+    // the whole.
+    let start = result.start_epoch_s;
+    let (overall, mut by_second) = per_second(commits.iter().map(|(at, ms)| {
+        let second = if *at >= start {
+            (at - start) as u64
+        } else {
+            u64::MAX
+        };
+        (second, *ms)
+    }));
+    by_second.remove(&u64::MAX);
     let per_second: Vec<(u64, f64, f64)> = result
         .series
         .iter()
@@ -117,10 +116,6 @@ fn curve_point(rate: u32, result: &RunResult, commits: &[(f64, f64)]) -> CurvePo
         duplicates: result.duplicates,
         never_fired: result.never_fired,
     }
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
 }
 
 /// A bare one-row insert committed every 20 ms on a connection and a database of its own: the

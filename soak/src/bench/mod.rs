@@ -252,7 +252,7 @@ async fn drains(
         limits[0].per_s
     );
     let mut drains = Vec::new();
-    let mut scope_text = String::new();
+    let scope = cpu_scope(run).await?;
     for brokers in BROKERS {
         let before = if brokers == 1 {
             limits[0]
@@ -267,8 +267,6 @@ async fn drains(
         w.backlog = BACKLOG;
         w.payload_bytes = PAYLOAD;
         (w.tenants, w.queues, w.partitions) = SPREAD;
-        let scope = cpu_scope(run).await?;
-        scope_text = scope.describe();
         let trace = cpu::Trace::start(scope);
         let result = run.execute(&w, &format!("bench_{brokers}")).await?;
         let samples = trace.stop();
@@ -310,7 +308,7 @@ async fn drains(
     for point in &mut drains {
         point.limit_one_per_s = one;
     }
-    Ok((limits, drains, scope_text))
+    Ok((limits, drains, scope.describe()))
 }
 
 /// Where the server's processes are, found through a connection of a scratch database.
