@@ -209,6 +209,7 @@ mod tests {
             .collect();
         let options = Options {
             duration_s: Some(20),
+            ..Options::default()
         };
         let json = |jobs: usize| {
             let outcomes = run(&plan, options, jobs, &|_, _| {});

@@ -207,14 +207,14 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::model::server::{Costs, Db};
+    use crate::model::server::Db;
     use crate::model::state::{KvKey, Pruned};
     use crate::time::ORIGIN_US;
     use crate::world::{LoadLog, RunSpec, Scheduled};
 
     /// A finished run with one timer due at +1 s, fired as `fires` says.
     fn outcome(fires: &[Us]) -> RunOutcome {
-        let db = Db::new(Costs::default());
+        let db = Db::new(crate::calibration::builtin().costs);
         let destination = Destination {
             tenant: "t".into(),
             queue: "q".into(),
@@ -241,7 +241,7 @@ mod tests {
             ..LoadLog::default()
         };
         RunOutcome {
-            spec: RunSpec::new(1),
+            spec: RunSpec::new(1, crate::calibration::builtin().costs),
             db,
             log: Arc::new(Mutex::new(log)),
             end_us: ORIGIN_US + 120_000_000,

@@ -24,6 +24,9 @@ pub enum Error {
     /// The JSON could not be written to stdout.
     #[error("cannot write the JSON to stdout")]
     Stdout(#[source] std::io::Error),
+    /// The calibration named with --calibration could not be loaded.
+    #[error("the calibration cannot be used")]
+    Calibration(#[source] queen_harness::Error),
     /// A plot could not be drawn.
     #[error("cannot draw a plot")]
     Chart(#[from] queen_harness::Error),

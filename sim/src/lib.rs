@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`world`] | the turmoil world: host `db`, hosts `broker-i` running the real sweeper cycle, load hosts, faults, the two phases |
 //! | [`model`] | the modelled PostgreSQL: tables, statements mirroring `sql/`, locks, the WAL, costs |
+//! | [`calibration`] | which calibration of the model's costs a run uses: the newest committed, built in, or a file |
 //! | [`naive`] | the seed's naive forms (claim then fire; the floor after an empty claim), on the sweeper's `Form` |
 //! | [`client`] | [`client::SimStore`], the sweeper's `Store` port over the simulated wire |
 //! | [`wire`] | requests and responses between brokers, load hosts and `db` |
@@ -21,6 +22,7 @@
 
 pub mod analysis;
 pub mod batch;
+pub mod calibration;
 pub mod checkers;
 pub mod client;
 pub mod error;

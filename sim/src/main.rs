@@ -7,6 +7,7 @@
 //! sim --merge part-1.json part-2.json ... --json all.json      the file one machine would write
 //! sim --all --seeds 1..3
 //! sim --list
+//! sim ... --calibration sim/calibration/2026-12-04-2c-24g-pg15.json   the model's costs from this file
 //! ```
 //!
 //! Every run prints its seed first; a failure prints the command that reproduces it and exits 1.
@@ -15,7 +16,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use queen_harness::Calibration;
 use queen_sim::batch::{self, Outcome, Shard};
+use queen_sim::calibration;
 use queen_sim::error::{self, Error};
 use queen_sim::report;
 use queen_sim::scenarios::{Options, Scenario, ScenarioReport};
@@ -60,6 +63,10 @@ struct Cli {
     /// Join these JSON files (shards of one plan) into --json, in plan order, and exit.
     #[arg(long, num_args = 1.., conflicts_with_all = ["scenario", "swarm", "all"])]
     merge: Vec<std::path::PathBuf>,
+    /// The model's costs from this calibration file (`soak calibrate` writes them); default: the
+    /// newest in sim/calibration/, built in.
+    #[arg(long)]
+    calibration: Option<std::path::PathBuf>,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -151,9 +158,24 @@ fn plan(cli: &Cli) -> Option<Vec<(Scenario, u64)>> {
 /// Runs the plan, printing each run's table as it finishes and writing what was asked; returns
 /// the reproduce commands of the runs that failed.
 fn run(cli: &Cli, plan: &[(Scenario, u64)]) -> Result<Vec<String>, Error> {
-    let options = Options {
+    let mut options = Options {
         duration_s: cli.duration_s,
+        ..Options::default()
     };
+    match &cli.calibration {
+        None => println!(
+            "calibration: built in, sim/calibration/{} ({})",
+            calibration::BUILTIN_NAME,
+            calibration::builtin().describe()
+        ),
+        Some(path) => {
+            let loaded = Calibration::load(path).map_err(Error::Calibration)?;
+            println!("calibration: {} ({})", path.display(), loaded.describe());
+            options.costs = loaded.costs;
+            // Named in every reproduce line; the process ends after the plan.
+            options.calibration = Some(Box::leak(path.display().to_string().into_boxed_str()));
+        }
+    }
     let jobs = match cli.jobs {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

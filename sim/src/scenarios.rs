@@ -123,10 +123,24 @@ const SAFETY: &[&str] = &[
 ];
 
 /// Options from the command line that shape a scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// Overrides the safety phase's length, in simulated seconds.
     pub duration_s: Option<u64>,
+    /// The model's costs: the built-in calibration's, or those of `calibration`.
+    pub costs: Costs,
+    /// The calibration file named on the command line; `None` for the built-in one.
+    pub calibration: Option<&'static str>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            duration_s: None,
+            costs: crate::calibration::builtin().costs,
+            calibration: None,
+        }
+    }
 }
 
 /// The one line that runs `scenario` on `seed` again, alone.
@@ -135,8 +149,12 @@ pub fn reproduce_command(scenario: Scenario, seed: u64, options: Options) -> Str
         .duration_s
         .map(|s| format!(" --duration-s {s}"))
         .unwrap_or_default();
+    let calibration = options
+        .calibration
+        .map(|file| format!(" --calibration {file}"))
+        .unwrap_or_default();
     format!(
-        "cargo run --release -p queen-sim --bin sim -- --scenario {scenario} --seed {seed}{duration}"
+        "cargo run --release -p queen-sim --bin sim -- --scenario {scenario} --seed {seed}{duration}{calibration}"
     )
 }
 
@@ -146,7 +164,7 @@ pub fn run(scenario: Scenario, seed: u64, options: Options) -> ScenarioReport {
         Scenario::Livelock => livelock(seed, options),
         Scenario::Spin => spin(seed, options),
         Scenario::Crash => single(&crash(seed, options)),
-        Scenario::Wake => wake(seed),
+        Scenario::Wake => wake(seed, options),
         Scenario::Burst => burst(seed, options),
         Scenario::Fairness => fairness(seed, options),
         Scenario::Partition => single(&partition(seed, options)),
@@ -228,7 +246,7 @@ enum DrainForm {
 fn livelock(seed: u64, options: Options) -> Parts {
     let lease_ms = 2_000u64;
     let base = |lease: u64, form: DrainForm| {
-        let mut w = RunSpec::new(seed);
+        let mut w = RunSpec::new(seed, options.costs);
         w.brokers = 5;
         w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
         w.liveness_ms = 60_000;
@@ -239,7 +257,7 @@ fn livelock(seed: u64, options: Options) -> Parts {
         w.naive_drain = form == DrainForm::Naive;
         w.costs = Costs {
             wal_bytes_per_s: 16 * 1024 * 1024,
-            ..Costs::default()
+            ..options.costs
         };
         w.timers = Some(TimerLoad {
             per_s: 200,
@@ -389,14 +407,14 @@ fn lease_of(spec: &RunSpec) -> u64 {
 fn spin(seed: u64, options: Options) -> Parts {
     let seconds = options.duration_s.unwrap_or(30);
     let make = |floor: bool| {
-        let mut w = RunSpec::new(seed);
+        let mut w = RunSpec::new(seed, options.costs);
         w.brokers = 5;
         w.safety_ms = seconds * 1_000 + 5_000;
         w.liveness_ms = 10_000;
         w.floor_after_empty_claim = floor;
         w.costs = Costs {
             wal_bytes_per_s: 8 * 1024 * 1024,
-            ..Costs::default()
+            ..options.costs
         };
         w.pushes = Some(PushLoad {
             pushers: 4,
@@ -522,7 +540,7 @@ fn partition(seed: u64, options: Options) -> RunSpec {
 
 /// A steady mixed load on `brokers` brokers, short leases so faults heal within the run.
 fn steady(seed: u64, options: Options, brokers: u32) -> RunSpec {
-    let mut w = RunSpec::new(seed);
+    let mut w = RunSpec::new(seed, options.costs);
     w.brokers = brokers;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 20_000;
@@ -555,8 +573,8 @@ fn steady(seed: u64, options: Options, brokers: u32) -> RunSpec {
 
 /// The wake: a timer scheduled on an idle broker fires on the local wake; one scheduled on a
 /// broker that dies right after is fired by another within the sleep ceiling.
-fn wake(seed: u64) -> Parts {
-    let mut w = RunSpec::new(seed);
+fn wake(seed: u64, options: Options) -> Parts {
+    let mut w = RunSpec::new(seed, options.costs);
     w.brokers = 3;
     w.safety_ms = 20_000;
     w.liveness_ms = 5_000;
@@ -641,7 +659,7 @@ fn wake_expectations(
 
 /// A burst of 50 000 timers due at once on three brokers.
 fn burst(seed: u64, options: Options) -> Parts {
-    let mut w = RunSpec::new(seed);
+    let mut w = RunSpec::new(seed, options.costs);
     w.brokers = 3;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 30_000;
@@ -666,7 +684,7 @@ fn burst(seed: u64, options: Options) -> Parts {
 
 /// Fairness: one tenant with 100 000 due timers, another with one due just after them.
 fn fairness(seed: u64, options: Options) -> Parts {
-    let mut w = RunSpec::new(seed);
+    let mut w = RunSpec::new(seed, options.costs);
     w.brokers = 3;
     w.safety_ms = options.duration_s.unwrap_or(30) * 1000;
     w.liveness_ms = 40_000;
@@ -729,7 +747,7 @@ fn fairness(seed: u64, options: Options) -> Parts {
 /// The swarm: broker count, loads, latencies and faults drawn from the seed.
 fn swarm(seed: u64, options: Options) -> RunSpec {
     let mut rng = Rng::new(seed).fork(77);
-    let mut w = RunSpec::new(seed);
+    let mut w = RunSpec::new(seed, options.costs);
     w.brokers = rng.range(1, 6) as u32;
     w.safety_ms = options.duration_s.unwrap_or(20) * 1000;
     w.liveness_ms = 20_000;
@@ -743,7 +761,7 @@ fn swarm(seed: u64, options: Options) -> RunSpec {
     w.link_latency_ms = (0, rng.range(1, 20));
     w.costs = Costs {
         wal_bytes_per_s: rng.range(2, 64) * 1024 * 1024,
-        ..Costs::default()
+        ..options.costs
     };
     w.timers = Some(TimerLoad {
         per_s: rng.range(20, 600) as u32,

@@ -127,7 +127,7 @@ pub struct Backlog {
 }
 
 impl RunSpec {
-    pub fn new(seed: u64) -> RunSpec {
+    pub fn new(seed: u64, costs: Costs) -> RunSpec {
         RunSpec {
             seed,
             brokers: 3,
@@ -136,7 +136,7 @@ impl RunSpec {
             knobs: Knobs::new(),
             naive_drain: false,
             floor_after_empty_claim: false,
-            costs: Costs::default(),
+            costs,
             link_latency_ms: (0, 1),
             timers: None,
             bursts: Vec::new(),

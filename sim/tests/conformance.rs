@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use queen_sim::client::SimStore;
-use queen_sim::model::server::{Costs, Db, serve};
+use queen_sim::model::server::{Db, serve};
 use queen_sim::wire::{Request, Response};
 use queen_sweeper::{
     Admission, ApplyResult, ApplyStatus, ClaimRequest, Destination, ExpiredKv, FailCause,
@@ -241,7 +241,7 @@ where
     F: FnOnce(Model) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let db = Db::new(Costs::default());
+    let db = Db::new(queen_sim::calibration::builtin().costs);
     let mut sim = turmoil::Builder::new()
         .rng_seed(1)
         .epoch(SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600))

@@ -6,6 +6,7 @@ use queen_sim::scenarios::{self, Options, Scenario};
 fn json(scenario: Scenario, seed: u64) -> String {
     let options = Options {
         duration_s: Some(6),
+        ..Options::default()
     };
     report::json(&[scenarios::run(scenario, seed, options)])
 }

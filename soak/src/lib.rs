@@ -9,6 +9,7 @@
 //! | [`brokers`] | brokers in this process or as `queen-sweeper serve` processes, read through their metrics |
 //! | [`run`] | one run: loads, the sampler, progress, the measurements |
 //! | [`experiments`] | one sweep per unmeasured setting, and what it found |
+//! | [`calibrate`] | `soak calibrate`: the simulation model's costs measured on this rig |
 //! | [`blocks`] | dated blocks in the house formula, and `apply-blocks` |
 //! | [`bench`] | the sweeper against the physical limit; probe p99; peak RSS; idle cost |
 //! | [`report`] | `reports/<date>-<rig>/`: report.md, plots, JSON |
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod blocks;
 pub mod brokers;
+pub mod calibrate;
 pub mod db;
 pub mod error;
 pub mod experiments;

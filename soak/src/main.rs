@@ -5,6 +5,7 @@
 //! soak --smoke                      about a minute and a half, end to end (CI runs it)
 //! soak experiments [--only NAME]    one sweep per unmeasured setting (about 35 minutes here)
 //! soak bench                        the sweeper against the physical limit, probe p99, RSS, idle cost
+//! soak calibrate                    the simulation model's costs on this rig: sim/calibration/<date>-<rig>.json
 //! soak apply-blocks DIR             put DIR/blocks.sql in place of the markers in sql/
 //! soak report DIR                   rebuild DIR/report.md and its plots from the JSON there
 //! ```
@@ -78,6 +79,9 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         only: Vec<queen_soak::bench::Part>,
     },
+    /// Measure the simulation model's costs on this rig (about a minute); writes
+    /// `sim/calibration/<date>-<rig>.json` (`--out DIR` for another directory).
+    Calibrate,
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
     /// Replace the `[not measured]` markers in sql/ with DIR/blocks.sql.
@@ -199,6 +203,13 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         (Some(Command::Bench { only }), _) => {
             run_bench(&run, cli.seconds.unwrap_or(30), only, (&date, &rig), &out).await
         }
+        (Some(Command::Calibrate), _) => {
+            let dir = cli
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("sim/calibration"));
+            calibrate(&database.url, &rig, &date, &dir).await
+        }
         (Some(Command::ApplyBlocks { .. } | Command::Report { .. }), _) => {
             unreachable!("handled before the runtime starts")
         }
@@ -213,6 +224,16 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             check_delivery(&runs)
         }
     }
+}
+
+/// `soak calibrate`: measures, writes the file, prints the costs and each fit's error.
+async fn calibrate(url: &str, rig: &Rig, date: &str, dir: &Path) -> Result<(), Error> {
+    let calibration = queen_soak::calibrate::measure(url, rig, date).await?;
+    let file = format!("{date}-{}.json", rig.label());
+    report::write_json(dir, &file, &calibration)?;
+    println!("{}", queen_soak::calibrate::summary(&calibration));
+    println!("wrote {}", dir.join(file).display());
+    Ok(())
 }
 
 /// The machine and the server the measurements are taken on, read over a connection of its own.

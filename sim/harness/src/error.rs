@@ -25,4 +25,20 @@ pub enum Error {
     /// A knob override's value is not a whole number within the knob's bounds.
     #[error("{0}")]
     KnobValue(String),
+    /// A calibration file could not be read.
+    #[error("cannot read the calibration {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A calibration file is not a calibration.
+    #[error("{} is not a calibration written by `soak calibrate`", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
 }

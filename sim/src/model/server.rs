@@ -9,8 +9,11 @@
 //!   a big fire under push load is slow: the condition of the livelock.
 //!
 //! Simplifications (each one checked not to matter for what the simulation claims):
-//! - statements cost fixed simulated times ([`Costs`]), not CPU;
-//! - the WAL is one FIFO writer; group commit and fsync batching are not modelled;
+//! - statements cost simulated times measured on a rig ([`Costs`], from `soak calibrate`), not
+//!   CPU: two brokers' statements overlap freely, as if each had a core;
+//! - the WAL is one FIFO writer and one flusher with group commit; the flush has one cost
+//!   whatever it carries. The small calls (fail, DLQ, prune, rollup, KV put) fold their commit
+//!   into their own cost instead of waiting for the flusher;
 //! - a claim's EvalPlanQual side effect (PostgreSQL keeps the lock on a row it rechecked and
 //!   rejected) is not modelled; the fire's polling for busy rows is;
 //! - the database never fails or restarts; faults are on brokers and links;
@@ -34,43 +37,8 @@ use super::state::{KvKey, KvRow, Source, Tables, TimerKey, Us};
 use crate::time::now_us;
 use crate::wire::{DB_PORT, Request, Response, read_frame, write_frame};
 
-/// What statements cost, in simulated time. Not measured on PostgreSQL: chosen so a fire of a
-/// few hundred small timers costs a few milliseconds, as it does on the test rig.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Costs {
-    pub probe_us: Us,
-    pub claim_base_us: Us,
-    pub claim_row_us: Us,
-    pub fire_base_us: Us,
-    pub fire_row_us: Us,
-    pub small_call_us: Us,
-    pub push_base_us: Us,
-    pub prune_row_us: Us,
-    /// WAL bandwidth: bytes per simulated second.
-    pub wal_bytes_per_s: u64,
-    /// Bytes a row writes beyond its payload.
-    pub row_overhead_bytes: u64,
-    /// Bytes of WAL a claim writes per row it leases (a new row version and its index entry).
-    pub claim_wal_bytes_per_row: u64,
-}
-
-impl Default for Costs {
-    fn default() -> Self {
-        Costs {
-            probe_us: 300,
-            claim_base_us: 500,
-            claim_row_us: 10,
-            fire_base_us: 500,
-            fire_row_us: 20,
-            small_call_us: 300,
-            push_base_us: 200,
-            prune_row_us: 5,
-            wal_bytes_per_s: 32 * 1024 * 1024,
-            row_overhead_bytes: 200,
-            claim_wal_bytes_per_row: 150,
-        }
-    }
-}
+/// What statements cost: measured on a rig by `soak calibrate` (see [`crate::calibration`]).
+pub use queen_harness::calibration::Costs;
 
 /// The modelled database: tables plus the locks that queue (partition rows, the WAL).
 #[derive(Debug)]
@@ -78,6 +46,8 @@ pub struct Db {
     pub tables: Mutex<Tables>,
     partition_locks: Mutex<BTreeMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     wal: tokio::sync::Mutex<()>,
+    /// The WAL position the last flush made durable; held while a flush runs.
+    flushed: tokio::sync::Mutex<u64>,
     pub costs: Costs,
 }
 
@@ -94,6 +64,7 @@ impl Db {
             tables: Mutex::new(Tables::default()),
             partition_locks: Mutex::new(BTreeMap::new()),
             wal: tokio::sync::Mutex::new(()),
+            flushed: tokio::sync::Mutex::new(0),
             costs,
         })
     }
@@ -111,13 +82,32 @@ impl Db {
             .clone()
     }
 
-    /// Writes `bytes` through the one WAL: waits for the writers before it, then takes
-    /// bytes / bandwidth.
+    /// Writes `bytes` through the one WAL and waits for their flush, as a commit does: waits
+    /// for the writers before it, takes bytes / bandwidth, then waits for a flush that covers
+    /// its position.
     pub(crate) async fn write_wal(&self, bytes: u64) {
-        let _wal = self.wal.lock().await;
-        let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
-        tokio::time::sleep(Duration::from_micros(micros)).await;
-        self.with(|t| t.wal_bytes += bytes);
+        let position = {
+            let _wal = self.wal.lock().await;
+            let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+            self.with(|t| {
+                t.wal_bytes += bytes;
+                t.wal_bytes
+            })
+        };
+        self.flush(position).await;
+    }
+
+    /// Group commit: one flush at a time, each making durable everything written before it
+    /// began. A commit whose position an earlier flush covered returns without its own.
+    async fn flush(&self, position: u64) {
+        let mut flushed = self.flushed.lock().await;
+        if *flushed >= position {
+            return;
+        }
+        let target = self.with(|t| t.wal_bytes);
+        sleep_us(self.costs.flush_us).await;
+        *flushed = target;
     }
 }
 
@@ -336,7 +326,6 @@ async fn commit(db: &Db, open: Option<OpenTxn>) -> Response {
         return Response::Done;
     };
     let c = db.costs;
-    sleep_us(c.small_call_us).await;
     let bytes: u64 = txn
         .staged
         .iter()

@@ -24,13 +24,10 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
     let (txn, picked, fair_next) = db.with(|t| lock(t, request, now));
     if picked.is_empty() {
         db.with(|t| t.release_locks(txn));
-        sleep_us(c.claim_base_us).await;
+        sleep_us(c.take_base_us).await;
         return Response::Taken(Taken::default());
     }
-    sleep_us(
-        c.claim_base_us + c.fire_base_us + (c.claim_row_us + c.fire_row_us) * picked.len() as Us,
-    )
-    .await;
+    sleep_us(c.take_base_us + c.take_row_us * picked.len() as Us).await;
     let (mut ids, bytes) = db.with(|t| {
         let ids: Vec<u64> = destinations(t, &picked)
             .keys()

@@ -1,0 +1,162 @@
+//! A calibration of the simulation's model of PostgreSQL: the model's costs as `soak calibrate`
+//! measured them on one rig, with the fits they came from and how well each fit the
+//! measurements. The soak writes it; the simulation reads it (the newest committed one is built
+//! into `sim`, `--calibration FILE` picks another).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Spread;
+use crate::error::Error;
+
+/// Simulated microseconds.
+pub type Us = u64;
+
+/// What the model's statements cost, in simulated time and WAL bytes. Each statement's time is
+/// the server's part of a call (the client's time less the connection's round trip). A call
+/// that writes rows (claim, fire, take, push, a schedule's commit) also sends its bytes through
+/// the model's one WAL and waits for their flush, on top of its own time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Costs {
+    /// One probe (it reads, it writes nothing).
+    pub probe_us: Us,
+    /// A claim: fixed part and per leased row; its WAL is `claim_wal_bytes_per_row` a row.
+    pub claim_base_us: Us,
+    pub claim_row_us: Us,
+    /// A fire: fixed part and per row; its WAL is each row's payload plus `row_overhead_bytes`.
+    pub fire_base_us: Us,
+    pub fire_row_us: Us,
+    /// A take: fixed part and per row; its WAL as the fire's.
+    pub take_base_us: Us,
+    pub take_row_us: Us,
+    /// The small calls, their commit included: a fail, a DLQ, a KV put, a rollup step, a
+    /// schedule's apply.
+    pub small_call_us: Us,
+    /// A push's statement before its WAL; it holds its partition's lock for this and the WAL.
+    pub push_base_us: Us,
+    /// The prune, per deleted row, on top of a small call.
+    pub prune_row_us: Us,
+    /// WAL bandwidth: bytes per simulated second through the one WAL writer.
+    pub wal_bytes_per_s: u64,
+    /// A commit's WAL flush. Flushes are one at a time, and one flush makes durable every commit
+    /// written before it began (group commit): a commit waits for the flush under way, then for
+    /// one that covers it.
+    pub flush_us: Us,
+    /// WAL bytes a pushed or fired row writes beyond its payload.
+    pub row_overhead_bytes: u64,
+    /// WAL bytes a claim writes per row it leases (a new row version and its index entry).
+    pub claim_wal_bytes_per_row: u64,
+}
+
+/// One call's fit: the model's formula against the medians measured at each size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fit {
+    /// probe, claim, fire, take, push, prune or rollup.
+    pub call: String,
+    /// The model's formula for it, in words (`base + row × n + WAL(bytes)`).
+    pub formula: String,
+    pub points: Vec<FitPoint>,
+    /// The largest |predicted − measured| / measured over the points, in percent.
+    pub max_error_pct: f64,
+}
+
+/// One size of one call: what was measured (server time, µs) and what the fitted model says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitPoint {
+    pub rows: u64,
+    /// Payload bytes per row.
+    pub payload_bytes: u64,
+    /// Server time per call, µs: the client's time less the round trip's median.
+    pub measured_us: Spread,
+    pub predicted_us: f64,
+    /// WAL bytes per call, median.
+    pub wal_bytes: f64,
+}
+
+/// A rig's calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// `YYYY-MM-DD`.
+    pub measured_on: String,
+    /// The commit the soak was built from (`(dirty)` when the tree differed).
+    pub commit: String,
+    /// `2c-24g-pg15`.
+    pub rig_label: String,
+    /// The machine and the server's settings.
+    pub rig: String,
+    pub costs: Costs,
+    pub fits: Vec<Fit>,
+    /// `SELECT 1` on an open connection, client side, µs.
+    pub round_trip_us: Spread,
+    /// A one-row insert's COMMIT, server side, µs: the flush.
+    pub commit_us: Spread,
+    /// A one-row insert in its own transaction, server side, µs: a small call.
+    pub small_write_us: Spread,
+    /// A one-message push's statement, server side, µs: how long it holds its partition's lock.
+    pub push_lock_hold_us: Spread,
+    /// WAL written by concurrent writers of large rows: bytes per second, one value per run.
+    pub wal_bytes_per_s_runs: Vec<f64>,
+}
+
+impl Calibration {
+    /// Reads a calibration file.
+    pub fn load(path: &Path) -> Result<Calibration, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Calibration::parse(&text).map_err(|source| Error::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Calibration, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// One line naming it: where, when and from which commit.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} measured {} at {} ({})",
+            self.rig_label, self.measured_on, self.commit, self.rig
+        )
+    }
+}
+
+/// The least-squares line `y = a + b·x` through `points`; `b` is 0 when every x is the same.
+pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    if points.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    if sxx == 0.0 {
+        return (mean_y, 0.0);
+    }
+    let b = sxy / sxx;
+    (mean_y - b * mean_x, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_fitted_exactly_and_a_constant_has_no_slope() {
+        let (a, b) = fit_line(&[(1.0, 12.0), (2.0, 14.0), (4.0, 18.0)]);
+        assert!((a - 10.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+        assert_eq!(fit_line(&[(3.0, 5.0), (3.0, 7.0)]), (6.0, 0.0));
+        assert_eq!(fit_line(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn noise_pulls_the_line_through_the_middle() {
+        let (a, b) = fit_line(&[(0.0, 9.0), (0.0, 11.0), (10.0, 29.0), (10.0, 31.0)]);
+        assert!((a - 10.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
+    }
+}

@@ -1,0 +1,722 @@
+//! `soak calibrate`: measures the simulation model's costs on this rig and writes them as
+//! `sim/calibration/<date>-<rig>.json`, each fitted to the model's formula with the fit's error.
+//!
+//! What is measured, each through the sweeper's own `PgStore` where the sweeper makes the call:
+//! - the connection's round trip (`SELECT 1`);
+//! - WAL bandwidth: one writer of 512 KiB statements, three runs of 20, bytes from the WAL
+//!   position, less the statements' round trips and flushes;
+//! - a commit's flush (a one-row insert's COMMIT) and a small call (a one-row insert);
+//! - probe, claim, fire and take on batches of 1 to 400 due timers of 512 B, and of 200 timers of
+//!   64 B to 8 KiB, with each call's WAL bytes;
+//! - a push of 1, 10 and 50 messages (a one-message push's statement is how long it holds its
+//!   partition's lock);
+//! - the prune of 0 to 500 expired KV rows, and a rollup step over 10 to 500 tenants.
+//!
+//! Every time is the server's part: the client's time less the round trip's median. The tables
+//! are small: flatness in the backlog is the bench's business (`soak bench --only calls`).
+
+use std::time::Duration;
+
+use queen_harness::Spread;
+use queen_harness::calibration::{Calibration, Costs, Fit, FitPoint, fit_line};
+use queen_sweeper::{
+    Admission, ClaimRequest, Config, KV_ALARM_CAP, LaneSizes, PgStore, ProbeRequest,
+    ROLLUP_TENANTS_PER_STEP, ROW_OVERHEAD_BYTES, SegmentResult, ShardOrder, Store, TakeRequest,
+    clock, plan_fire_calls,
+};
+use sqlx::Connection as _;
+
+use crate::db::RunDb;
+use crate::error::Error;
+use crate::rig::{Rig, source_commit};
+
+const DUE_RANDOM: &str = include_str!("../sql/due_random.sql");
+
+/// Batch sizes of the drain calls.
+const ROWS: [u32; 6] = [1, 25, 50, 100, 200, 400];
+/// Payloads of the 200-row batches that separate the WAL's part from the rows'.
+const PAYLOADS: [u32; 3] = [64, 2_048, 8_192];
+const PAYLOAD: u32 = 512;
+/// Repetitions per size.
+const REPS: u32 = 7;
+/// Messages per push.
+const PUSH_SIZES: [u32; 3] = [1, 10, 50];
+/// Expired KV rows per prune.
+const PRUNE_SIZES: [u32; 4] = [0, 100, 250, 500];
+/// Tenants per rollup step.
+const ROLLUP_SIZES: [u32; 3] = [10, 100, 500];
+/// 8 KiB rows per statement of the WAL writer: 512 KiB, so the commit's flush is a small part.
+const WAL_ROWS: usize = 64;
+const WAL_RUNS: usize = 3;
+const WAL_STATEMENTS: usize = 20;
+
+/// One timed call: its size, client time (µs) and WAL bytes.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    rows: u64,
+    payload: u64,
+    us: f64,
+    wal: f64,
+}
+
+/// Every sample of one call.
+#[derive(Debug, Default)]
+struct Samples(Vec<Sample>);
+
+impl Samples {
+    /// The sizes in order of first appearance, with their samples.
+    fn groups(&self) -> Vec<((u64, u64), Vec<Sample>)> {
+        let mut groups: Vec<((u64, u64), Vec<Sample>)> = Vec::new();
+        for s in &self.0 {
+            match groups.iter_mut().find(|g| g.0 == (s.rows, s.payload)) {
+                Some(g) => g.1.push(*s),
+                None => groups.push(((s.rows, s.payload), vec![*s])),
+            }
+        }
+        groups
+    }
+}
+
+/// Measures and fits, printing each step.
+pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibration, Error> {
+    let db = RunDb::create(server_url, "calibrate").await?;
+    sqlx::raw_sql(
+        "CREATE TABLE soak_scratch (id bigserial PRIMARY KEY, body bytea);
+         ALTER TABLE soak_scratch ALTER COLUMN body SET STORAGE EXTERNAL;",
+    )
+    .execute(&db.pool)
+    .await
+    .map_err(Error::db("cannot create the scratch table"))?;
+    let round_trip = round_trip(&db).await?;
+    let rtt = round_trip.p50;
+    eprintln!("soak: calibrate: round trip p50 {rtt:.0} µs");
+    // The WAL runs first: they also bring the storage to the state sustained writing leaves it
+    // in (on this rig's virtual disk a flush costs about 0.1 ms rested and 3.6 ms after a
+    // burst of writes), which is the state a soak runs in.
+    let wal = wal_runs(&db).await?;
+    let (commit, small_write) = commit_latency(&db, rtt).await?;
+    let flush = commit.p50;
+    eprintln!(
+        "soak: calibrate: flush (a commit) p50 {flush:.0} µs, a one-row insert p50 {:.0} µs",
+        small_write.p50
+    );
+    let wal_runs: Vec<f64> = wal
+        .iter()
+        .map(|(bytes, seconds)| {
+            let writing = seconds - WAL_STATEMENTS as f64 * (rtt + flush) / 1e6;
+            (bytes / writing.max(1e-6)).round()
+        })
+        .collect();
+    let wal_bps = median(&wal_runs);
+    eprintln!(
+        "soak: calibrate: WAL {:.1} MiB/s beyond the flush",
+        wal_bps / 1024.0 / 1024.0
+    );
+    let drain = drain_samples(&db).await?;
+    let push = push_samples(&db).await?;
+    let kv = kv_samples(&db).await?;
+    db.drop_now().await?;
+
+    let measured = Measured {
+        rtt,
+        wal_bps,
+        flush_us: flush,
+        small_write_us: small_write.p50,
+    };
+    let (costs, fits) = fit(&measured, &drain, &push, &kv);
+    let push_lock_hold_us = Spread::of_values(
+        push.0
+            .iter()
+            .filter(|s| s.rows == 1)
+            .map(|s| (s.us - rtt).max(0.0))
+            .collect(),
+    );
+    Ok(Calibration {
+        measured_on: date.to_owned(),
+        commit: source_commit(),
+        rig_label: rig.label(),
+        rig: rig.describe(),
+        costs,
+        fits,
+        round_trip_us: round_trip,
+        commit_us: commit,
+        small_write_us: small_write,
+        push_lock_hold_us,
+        wal_bytes_per_s_runs: wal_runs,
+    })
+}
+
+/// What every fit needs from the first measurements.
+struct Measured {
+    rtt: f64,
+    wal_bps: f64,
+    flush_us: f64,
+    small_write_us: f64,
+}
+
+/// The drain calls' samples: (probe, claim, fire, take).
+struct DrainSamples {
+    probe: Samples,
+    claim: Samples,
+    fire: Samples,
+    take: Samples,
+}
+
+/// The KV sub-clocks' samples: (prune, rollup).
+struct KvSamples {
+    prune: Samples,
+    rollup: Samples,
+}
+
+fn median(values: &[f64]) -> f64 {
+    Spread::of_values(values.to_vec()).p50
+}
+
+fn elapsed_us(since: std::time::Instant) -> f64 {
+    (clock::monotonic_now() - since).as_secs_f64() * 1e6
+}
+
+async fn round_trip(db: &RunDb) -> Result<Spread, Error> {
+    let mut connection = db.pool.acquire().await.map_err(Error::db("round trip"))?;
+    let mut values = Vec::new();
+    for _ in 0..300 {
+        let started = clock::monotonic_now();
+        sqlx::query("SELECT 1")
+            .execute(&mut *connection)
+            .await
+            .map_err(Error::db("round trip"))?;
+        values.push(elapsed_us(started));
+    }
+    Ok(Spread::of_values(values))
+}
+
+/// A one-row insert's COMMIT (the flush), and a one-row insert in a transaction of its own (a
+/// small call), both server side.
+async fn commit_latency(db: &RunDb, rtt: f64) -> Result<(Spread, Spread), Error> {
+    let mut connection = db.pool.acquire().await.map_err(Error::db("commit"))?;
+    let (mut commits, mut writes) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let mut tx = connection.begin().await.map_err(Error::db("commit"))?;
+        sqlx::query("INSERT INTO soak_scratch (body) VALUES ('\\x00')")
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("commit"))?;
+        let started = clock::monotonic_now();
+        tx.commit().await.map_err(Error::db("commit"))?;
+        commits.push((elapsed_us(started) - rtt).max(0.0));
+        let started = clock::monotonic_now();
+        sqlx::query("INSERT INTO soak_scratch (body) VALUES ('\\x00')")
+            .execute(&mut *connection)
+            .await
+            .map_err(Error::db("small write"))?;
+        writes.push((elapsed_us(started) - rtt).max(0.0));
+    }
+    Ok((Spread::of_values(commits), Spread::of_values(writes)))
+}
+
+/// One writer's statements of 64 rows of 8 KiB: (WAL bytes, seconds), one per run. The bytes
+/// do not compress, so the WAL carries all of them.
+async fn wal_runs(db: &RunDb) -> Result<Vec<(f64, f64)>, Error> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let rows: Vec<Vec<u8>> = (0..WAL_ROWS)
+        .map(|_| {
+            (0..8_192)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect()
+        })
+        .collect();
+    let mut connection = db.pool.acquire().await.map_err(Error::db("WAL writer"))?;
+    let mut runs = Vec::new();
+    for _ in 0..WAL_RUNS {
+        let (mut bytes, mut seconds) = (0.0, 0.0);
+        for _ in 0..WAL_STATEMENTS {
+            let before = db.wal_lsn().await?;
+            let started = clock::monotonic_now();
+            sqlx::query("INSERT INTO soak_scratch (body) SELECT unnest($1::bytea[])")
+                .bind(&rows)
+                .execute(&mut *connection)
+                .await
+                .map_err(Error::db("WAL writer"))?;
+            seconds += (clock::monotonic_now() - started).as_secs_f64();
+            bytes += (db.wal_lsn().await? - before) as f64;
+        }
+        runs.push((bytes, seconds));
+        sqlx::query("TRUNCATE soak_scratch")
+            .execute(&db.pool)
+            .await
+            .map_err(Error::db("cannot empty the scratch table"))?;
+    }
+    Ok(runs)
+}
+
+/// Times `call` and the WAL it writes.
+async fn timed<T, F>(db: &RunDb, call: F) -> Result<(T, f64, f64), Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let before = db.wal_lsn().await?;
+    let started = clock::monotonic_now();
+    let out = call.await?;
+    let us = elapsed_us(started);
+    let wal = (db.wal_lsn().await? - before) as f64;
+    Ok((out, us, wal))
+}
+
+fn sweeper_error(what: &'static str) -> impl FnOnce(queen_sweeper::Error) -> Error {
+    move |e| Error::Message(format!("calibrate: the {what} failed: {e}"))
+}
+
+async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
+    let store = PgStore::from_pool(db.pool.clone(), Duration::from_secs(60));
+    let admission = Admission::new(LaneSizes::default());
+    let mut out = DrainSamples {
+        probe: Samples::default(),
+        claim: Samples::default(),
+        fire: Samples::default(),
+        take: Samples::default(),
+    };
+    let sizes = ROWS
+        .iter()
+        .map(|&n| (n, PAYLOAD))
+        .chain(PAYLOADS.iter().map(|&p| (200, p)));
+    for (rows, payload) in sizes {
+        eprintln!("soak: calibrate: drain calls, {rows} rows of {payload} B");
+        for rep in 0..REPS {
+            let prefix = format!("c{rows}p{payload}r{rep}");
+            due(db, rows, payload, &format!("{prefix}c")).await?;
+            leased_once(db, &store, &admission, (rows, payload), &mut out).await?;
+            due(db, rows, payload, &format!("{prefix}t")).await?;
+            let slot = admission.maintenance().await;
+            let request = TakeRequest {
+                shards: ShardOrder::starting_at(0),
+                max_rows: rows,
+                per_tenant: rows,
+                fair: None,
+                max_bytes: u64::MAX / 2,
+                row_overhead: ROW_OVERHEAD_BYTES,
+            };
+            let (taken, us, wal) = timed(db, async {
+                store
+                    .take(&slot, &request)
+                    .await
+                    .map_err(sweeper_error("take"))
+            })
+            .await?;
+            if taken.timers() != u64::from(rows) {
+                return Err(Error::Message(format!(
+                    "calibrate: the take moved {} of {rows}",
+                    taken.timers()
+                )));
+            }
+            out.take.0.push(sample(rows, payload, us, wal));
+        }
+    }
+    Ok(out)
+}
+
+/// `rows` due timers with incompressible payloads.
+async fn due(db: &RunDb, rows: u32, payload: u32, prefix: &str) -> Result<(), Error> {
+    sqlx::query(DUE_RANDOM)
+        .bind(i64::from(rows))
+        .bind(i32::try_from(payload).unwrap_or(i32::MAX))
+        .bind(prefix)
+        .execute(&db.pool)
+        .await
+        .map(|_| ())
+        .map_err(Error::db("cannot insert due timers"))
+}
+
+fn sample(rows: u32, payload: u32, us: f64, wal: f64) -> Sample {
+    Sample {
+        rows: u64::from(rows),
+        payload: u64::from(payload),
+        us,
+        wal,
+    }
+}
+
+/// One probe, one claim of the batch, and one fire of all of it.
+async fn leased_once(
+    db: &RunDb,
+    store: &PgStore,
+    admission: &Admission,
+    (rows, payload): (u32, u32),
+    out: &mut DrainSamples,
+) -> Result<(), Error> {
+    let config = Config::default();
+    let slot = admission.maintenance().await;
+    let shards = ShardOrder::starting_at(0);
+    let probe = ProbeRequest {
+        shards: shards.clone(),
+        due_cap: config.due_cap,
+        kv_cap: KV_ALARM_CAP,
+    };
+    let (_, us, wal) = timed(db, async {
+        store
+            .probe(&slot, &probe)
+            .await
+            .map_err(sweeper_error("probe"))
+    })
+    .await?;
+    out.probe.0.push(sample(rows, payload, us, wal));
+    let claim = ClaimRequest::rows(shards, Duration::from_millis(config.lease_ms), rows);
+    let (claimed, us, wal) = timed(db, async {
+        store
+            .claim(&slot, &claim)
+            .await
+            .map_err(sweeper_error("claim"))
+    })
+    .await?;
+    if claimed.rows.len() != rows as usize {
+        return Err(Error::Message(format!(
+            "calibrate: the claim took {} of {rows}",
+            claimed.rows.len()
+        )));
+    }
+    out.claim.0.push(sample(rows, payload, us, wal));
+    // One fire for the whole batch: the model charges one fire call per batch.
+    let calls = plan_fire_calls(&claimed.rows, u64::MAX / 2);
+    for call in calls {
+        let (outcomes, us, wal) = timed(db, async {
+            store
+                .fire(&slot, &call)
+                .await
+                .map_err(sweeper_error("fire"))
+        })
+        .await?;
+        if let Some(o) = outcomes
+            .iter()
+            .find(|o| !matches!(o.result, SegmentResult::Fired { .. }))
+        {
+            return Err(Error::Message(format!(
+                "calibrate: a fire segment came back {:?}",
+                o.result
+            )));
+        }
+        out.fire.0.push(sample(rows, payload, us, wal));
+    }
+    Ok(())
+}
+
+/// Pushes of 1, 10 and 50 messages of 512 B into one partition, on one connection.
+async fn push_samples(db: &RunDb) -> Result<Samples, Error> {
+    let mut connection = sqlx::PgConnection::connect(&db.url)
+        .await
+        .map_err(Error::db("push"))?;
+    let mut out = Samples::default();
+    for count in PUSH_SIZES {
+        eprintln!("soak: calibrate: pushes of {count} messages");
+        let payloads: Vec<Vec<u8>> = (0..count).map(|_| vec![b'p'; PAYLOAD as usize]).collect();
+        for _ in 0..REPS * 3 {
+            let before = db.wal_lsn().await?;
+            let started = clock::monotonic_now();
+            sqlx::query(
+                "SELECT count(*) FROM queen.log_push_v1('t0', 'q0', 'p0', $1, NULL, now())",
+            )
+            .bind(&payloads)
+            .execute(&mut connection)
+            .await
+            .map_err(Error::db("push"))?;
+            let us = elapsed_us(started);
+            let wal = (db.wal_lsn().await? - before) as f64;
+            out.0.push(sample(count, PAYLOAD, us, wal));
+        }
+    }
+    Ok(out)
+}
+
+/// The prune over expired KV rows, and a rollup step over tenants with one row each.
+async fn kv_samples(db: &RunDb) -> Result<KvSamples, Error> {
+    let store = PgStore::from_pool(db.pool.clone(), Duration::from_secs(60));
+    let admission = Admission::new(LaneSizes::default());
+    let mut out = KvSamples {
+        prune: Samples::default(),
+        rollup: Samples::default(),
+    };
+    for (size, count) in PRUNE_SIZES.iter().enumerate() {
+        eprintln!("soak: calibrate: prunes of {count} expired rows");
+        for rep in 0..REPS {
+            kv_rows(db, *count, &format!("x{size}r{rep}"), true, 1).await?;
+            let slot = admission.maintenance().await;
+            let shards = ShardOrder::starting_at(0);
+            let (step, us, wal) = timed(db, async {
+                store
+                    .kv_expire_step(&slot, &shards, count.max(&1) * 2)
+                    .await
+                    .map_err(sweeper_error("prune"))
+            })
+            .await?;
+            if step.deleted != u64::from(*count) {
+                return Err(Error::Message(format!(
+                    "calibrate: the prune deleted {} of {count}",
+                    step.deleted
+                )));
+            }
+            out.prune.0.push(sample(*count, 16, us, wal));
+        }
+    }
+    let mut total_tenants = 0;
+    for tenants in ROLLUP_SIZES {
+        let fresh = tenants - total_tenants;
+        kv_rows(db, fresh, &format!("u{tenants}"), false, fresh).await?;
+        total_tenants = tenants;
+        eprintln!("soak: calibrate: rollup steps over {tenants} tenants");
+        for _ in 0..REPS {
+            let slot = admission.maintenance().await;
+            let (_, us, wal) = timed(db, async {
+                store
+                    .usage_step(&slot, None, ROLLUP_TENANTS_PER_STEP)
+                    .await
+                    .map_err(sweeper_error("rollup"))
+            })
+            .await?;
+            out.rollup.0.push(sample(tenants, 16, us, wal));
+        }
+    }
+    Ok(out)
+}
+
+/// `count` KV rows over `tenants` tenants, expired a minute ago or never expiring.
+async fn kv_rows(
+    db: &RunDb,
+    count: u32,
+    prefix: &str,
+    expired: bool,
+    tenants: u32,
+) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
+         SELECT $3 || 't' || (i % $2), 'ns', $3 || 'k' || i, '{\"v\": 1}',
+                CASE WHEN $4 THEN now() - interval '1 minute' END, now(), now()
+         FROM generate_series(1, $1) AS i",
+    )
+    .bind(i64::from(count))
+    .bind(i64::from(tenants.max(1)))
+    .bind(prefix)
+    .bind(expired)
+    .execute(&db.pool)
+    .await
+    .map(|_| ())
+    .map_err(Error::db("cannot insert KV rows"))
+}
+
+/// The model's costs from the samples, and each call's fit.
+fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (Costs, Vec<Fit>) {
+    let server = |s: &Sample| (s.us - m.rtt).max(0.0);
+    // A write's WAL: its bytes at the bandwidth, then its flush.
+    let wal_us = |bytes: f64| {
+        if bytes > 0.0 {
+            bytes / m.wal_bps.max(1.0) * 1e6 + m.flush_us
+        } else {
+            0.0
+        }
+    };
+    // Bytes a fired row writes beyond its payload: from the 512 B batches of 50 rows or more.
+    let per_row_extra = |samples: &Samples| {
+        let values: Vec<f64> = samples
+            .0
+            .iter()
+            .filter(|s| s.payload == u64::from(PAYLOAD) && s.rows >= 50)
+            .map(|s| s.wal / s.rows as f64 - s.payload as f64)
+            .collect();
+        median(&values).max(0.0)
+    };
+    let row_overhead = ((per_row_extra(&drain.fire) + per_row_extra(&drain.take)) / 2.0).round();
+    // The rows' part of a call: its server time less its WAL's time, fitted on the 512 B batches.
+    let line = |samples: &Samples| {
+        let points: Vec<(f64, f64)> = samples
+            .0
+            .iter()
+            .filter(|s| s.payload == u64::from(PAYLOAD))
+            .map(|s| (s.rows as f64, server(s) - wal_us(s.wal)))
+            .collect();
+        let (a, b) = fit_line(&points);
+        (a.max(0.0).round() as u64, b.max(0.0).round() as u64)
+    };
+    let (claim_base, claim_row) = line(&drain.claim);
+    // A claim rewrites its rows, payload included while it is stored inline: the 512 B batches
+    // (a payload over about 2 KiB is TOASTed and the claim's new version does not carry it).
+    let claim_wal = fit_line(
+        &drain
+            .claim
+            .0
+            .iter()
+            .filter(|s| s.payload == u64::from(PAYLOAD))
+            .map(|s| (s.rows as f64, s.wal))
+            .collect::<Vec<_>>(),
+    )
+    .1
+    .max(0.0)
+    .round() as u64;
+    let (fire_base, fire_row) = line(&drain.fire);
+    let (take_base, take_row) = line(&drain.take);
+    let push_base = median(
+        &push
+            .0
+            .iter()
+            .filter(|s| s.rows == 1)
+            .map(|s| server(s) - wal_us(s.wal))
+            .collect::<Vec<_>>(),
+    )
+    .max(0.0)
+    .round() as u64;
+    let small_call = m.small_write_us.round() as u64;
+    let prune_row = fit_line(
+        &kv.prune
+            .0
+            .iter()
+            .map(|s| (s.rows as f64, server(s) - small_call as f64))
+            .collect::<Vec<_>>(),
+    )
+    .1
+    .max(0.0)
+    .round() as u64;
+    let costs = Costs {
+        probe_us: median(&drain.probe.0.iter().map(server).collect::<Vec<_>>()).round() as u64,
+        claim_base_us: claim_base,
+        claim_row_us: claim_row,
+        fire_base_us: fire_base,
+        fire_row_us: fire_row,
+        take_base_us: take_base,
+        take_row_us: take_row,
+        small_call_us: small_call,
+        push_base_us: push_base,
+        prune_row_us: prune_row,
+        wal_bytes_per_s: m.wal_bps.round() as u64,
+        flush_us: m.flush_us.round() as u64,
+        row_overhead_bytes: row_overhead as u64,
+        claim_wal_bytes_per_row: claim_wal,
+    };
+    let c = costs;
+    let model_wal =
+        |rows: u64, payload: u64| wal_us((rows * (payload + c.row_overhead_bytes)) as f64);
+    let fits = vec![
+        fit_of("probe", "probe", &drain.probe, m.rtt, |_, _| {
+            c.probe_us as f64
+        }),
+        fit_of(
+            "claim",
+            "base + row × n + WAL(claim bytes × n) + flush",
+            &drain.claim,
+            m.rtt,
+            |n, _| {
+                (c.claim_base_us + c.claim_row_us * n) as f64
+                    + wal_us((n * c.claim_wal_bytes_per_row) as f64)
+            },
+        ),
+        fit_of(
+            "fire",
+            "base + row × n + WAL(n × (payload + overhead)) + flush",
+            &drain.fire,
+            m.rtt,
+            |n, p| (c.fire_base_us + c.fire_row_us * n) as f64 + model_wal(n, p),
+        ),
+        fit_of(
+            "take",
+            "base + row × n + WAL(n × (payload + overhead)) + flush",
+            &drain.take,
+            m.rtt,
+            |n, p| (c.take_base_us + c.take_row_us * n) as f64 + model_wal(n, p),
+        ),
+        fit_of(
+            "push",
+            "base + WAL(n × (payload + overhead)) + flush",
+            push,
+            m.rtt,
+            |n, p| c.push_base_us as f64 + model_wal(n, p),
+        ),
+        fit_of(
+            "prune",
+            "small call + row × n",
+            &kv.prune,
+            m.rtt,
+            |n, _| (c.small_call_us + c.prune_row_us * n) as f64,
+        ),
+        fit_of("rollup", "small call", &kv.rollup, m.rtt, |_, _| {
+            c.small_call_us as f64
+        }),
+    ];
+    (costs, fits)
+}
+
+/// One call's points against `predict(rows, payload)`.
+fn fit_of(
+    call: &str,
+    formula: &str,
+    samples: &Samples,
+    rtt: f64,
+    predict: impl Fn(u64, u64) -> f64,
+) -> Fit {
+    let points: Vec<FitPoint> = samples
+        .groups()
+        .into_iter()
+        .map(|((rows, payload), group)| FitPoint {
+            rows,
+            payload_bytes: payload,
+            measured_us: Spread::of_values(group.iter().map(|s| (s.us - rtt).max(0.0)).collect()),
+            predicted_us: (predict(rows, payload) * 10.0).round() / 10.0,
+            wal_bytes: median(&group.iter().map(|s| s.wal).collect::<Vec<_>>()),
+        })
+        .collect();
+    let max_error_pct = points
+        .iter()
+        .map(|p| ((p.predicted_us - p.measured_us.p50) / p.measured_us.p50.max(1.0)).abs() * 100.0)
+        .fold(0.0, f64::max);
+    Fit {
+        call: call.to_owned(),
+        formula: formula.to_owned(),
+        points,
+        max_error_pct: (max_error_pct * 10.0).round() / 10.0,
+    }
+}
+
+/// The calibration as markdown: the costs, then each call's fit, point by point.
+pub fn summary(c: &Calibration) -> String {
+    let k = c.costs;
+    let mut out = format!(
+        "Calibration {} (round trip p50 {:.0} µs, flush p50 {:.0} µs, WAL {:.1} MiB/s)\n\n",
+        c.describe(),
+        c.round_trip_us.p50,
+        c.commit_us.p50,
+        k.wal_bytes_per_s as f64 / 1024.0 / 1024.0
+    );
+    out += &format!(
+        "| cost | value |\n|---|---|\n| probe | {} µs |\n| claim | {} + {} × n µs, {} WAL B/row |\n| fire | {} + {} × n µs |\n| take | {} + {} × n µs |\n| push | {} µs + WAL |\n| small call | {} µs |\n| prune | {} µs/row |\n| row overhead | {} B |\n\n",
+        k.probe_us,
+        k.claim_base_us,
+        k.claim_row_us,
+        k.claim_wal_bytes_per_row,
+        k.fire_base_us,
+        k.fire_row_us,
+        k.take_base_us,
+        k.take_row_us,
+        k.push_base_us,
+        k.small_call_us,
+        k.prune_row_us,
+        k.row_overhead_bytes
+    );
+    out += "| call | formula | n | payload B | measured µs: p50 (p90, max) | model µs | error | WAL B |\n|---|---|---:|---:|---|---:|---:|---:|\n";
+    for fit in &c.fits {
+        for p in &fit.points {
+            let error = (p.predicted_us - p.measured_us.p50) / p.measured_us.p50.max(1.0) * 100.0;
+            out += &format!(
+                "| {} | {} | {} | {} | {:.0} ({:.0}, {:.0}) | {:.0} | {error:+.0}% | {:.0} |\n",
+                fit.call,
+                fit.formula,
+                p.rows,
+                p.payload_bytes,
+                p.measured_us.p50,
+                p.measured_us.p90,
+                p.measured_us.max,
+                p.predicted_us,
+                p.wal_bytes
+            );
+        }
+    }
+    out
+}
