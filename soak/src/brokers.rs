@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use queen_sim::naive::NaiveForms;
 use queen_sweeper::Config;
 use queen_sweeper::Metrics;
 use queen_sweeper::Sweeper;
@@ -114,7 +115,14 @@ impl std::fmt::Debug for Broker {
 const POOL_SIZE: u32 = 4;
 
 impl Broker {
-    pub async fn in_process(url: &str, config: Config, identity: &str) -> Result<Broker, Error> {
+    /// A broker in this process; `forms` other than the default replace the shipped drain or
+    /// sleep with the seed's naive ones.
+    pub async fn in_process(
+        url: &str,
+        config: Config,
+        identity: &str,
+        forms: NaiveForms,
+    ) -> Result<Broker, Error> {
         let options = connect_options(url, config.statement_timeout(), identity).map_err(
             Error::sweeper(format!("broker {identity}: the database URL is not usable")),
         )?;
@@ -125,7 +133,10 @@ impl Broker {
             .await
             .map_err(Error::db(format!("broker {identity} cannot connect")))?;
         let store = Arc::new(PgStore::from_pool(pool, config.statement_timeout()));
-        let sweeper = Sweeper::new(store.clone(), config, identity);
+        let mut sweeper = Sweeper::new(store.clone(), config, identity);
+        if forms != NaiveForms::default() {
+            sweeper = sweeper.with_form(forms);
+        }
         Ok(Broker::InProcess {
             metrics: sweeper.metrics().clone(),
             seam: sweeper.seam(),

@@ -9,12 +9,14 @@
 //! | [`brokers`] | brokers in this process or as `queen-sweeper serve` processes, read through their metrics |
 //! | [`run`] | one run: loads, the sampler, progress, the measurements |
 //! | [`experiments`] | one sweep per unmeasured setting, and what it found |
+//! | [`agreement`] | `soak agreement`: the same scenarios in the calibrated sim and on this rig, side by side |
 //! | [`calibrate`] | `soak calibrate`: the simulation model's costs measured on this rig |
 //! | [`blocks`] | dated blocks in the house formula, and `apply-blocks` |
 //! | [`bench`] | the sweeper against the physical limit; probe p99; peak RSS; idle cost |
 //! | [`report`] | `reports/<date>-<rig>/`: report.md, plots, JSON |
 //! | [`error`] | [`Error`]: what stopped a command, with its cause |
 
+pub mod agreement;
 pub mod bench;
 pub mod blocks;
 pub mod brokers;

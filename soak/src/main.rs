@@ -6,6 +6,8 @@
 //! soak experiments [--only NAME]    one sweep per unmeasured setting (about 35 minutes here)
 //! soak bench                        the sweeper against the physical limit, probe p99, RSS, idle cost
 //! soak calibrate                    the simulation model's costs on this rig: sim/calibration/<date>-<rig>.json
+//! soak agreement                    the same scenarios in the calibrated sim and on the rig: reports/agreement/<date>-<rig>/
+//! soak agreement --check DIR        the sim side again against DIR's rig numbers (no database; CI runs it)
 //! soak apply-blocks DIR             put DIR/blocks.sql in place of the markers in sql/
 //! soak report DIR                   rebuild DIR/report.md and its plots from the JSON there
 //! ```
@@ -82,6 +84,14 @@ enum Command {
     /// Measure the simulation model's costs on this rig (about a minute); writes
     /// `sim/calibration/<date>-<rig>.json` (`--out DIR` for another directory).
     Calibrate,
+    /// The same scenarios in the calibrated simulation and on this rig, side by side (about 10
+    /// minutes); writes reports/agreement/<date>-<rig>/ (`--out DIR` for another).
+    Agreement {
+        /// No database: rerun the simulation side against the rig numbers stored in DIR and
+        /// fail when a row that agreed there no longer does.
+        #[arg(long, value_name = "DIR")]
+        check: Option<PathBuf>,
+    },
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
     /// Replace the `[not measured]` markers in sql/ with DIR/blocks.sql.
@@ -101,6 +111,22 @@ fn main() -> ExitCode {
                 .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
                 .map_err(Error::Message),
         ),
+        Some(Command::Agreement { check: Some(dir) }) => {
+            Some(queen_soak::agreement::check(dir).and_then(|broken| {
+                if broken.is_empty() {
+                    Ok(vec![format!(
+                        "agreement: every row that agreed in {} still does",
+                        dir.display()
+                    )])
+                } else {
+                    Err(Error::Broken(format!(
+                        "rows that agreed in {} no longer do: {}",
+                        dir.display(),
+                        broken.join("; ")
+                    )))
+                }
+            }))
+        }
         Some(Command::Report { dir }) => Some(
             report::rebuild_existing(dir)
                 .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),
@@ -202,6 +228,17 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         }
         (Some(Command::Bench { only }), _) => {
             run_bench(&run, cli.seconds.unwrap_or(30), only, (&date, &rig), &out).await
+        }
+        (Some(Command::Agreement { .. }), _) => {
+            let dir = cli.out.clone().unwrap_or_else(|| {
+                PathBuf::from(format!("reports/agreement/{date}-{}", rig.label()))
+            });
+            let commit = queen_soak::rig::source_commit();
+            let agreement =
+                queen_soak::agreement::run(&run, &commit, &rig.describe(), &date).await?;
+            queen_soak::agreement::write_report(&dir, &agreement)?;
+            println!("wrote {}", dir.join("report.md").display());
+            Ok(())
         }
         (Some(Command::Calibrate), _) => {
             let dir = cli

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use queen_harness::{Knobs, Spread};
+use queen_sim::naive::NaiveForms;
 use queen_sweeper::Config;
 use queen_sweeper::clock;
 use queen_sweeper::{Payload, TimerOp};
@@ -62,6 +63,14 @@ pub struct Workload {
     /// when the lock goes, before the drain.
     #[serde(default)]
     pub hold_due_locked: u32,
+    /// The seed's naive drain (claim the whole pass, then fire) instead of the shipped one; only
+    /// for in-process brokers (the production binary cannot name it).
+    #[serde(default)]
+    pub naive_claim_then_fire: bool,
+    /// The seed's naive sleep (the floor after an empty claim) instead of the band; in-process
+    /// brokers only.
+    #[serde(default)]
+    pub naive_floor_after_empty_claim: bool,
 }
 
 impl Workload {
@@ -94,6 +103,16 @@ impl Workload {
             schedule_without_wake: false,
             burst_every_s: None,
             hold_due_locked: 0,
+            naive_claim_then_fire: false,
+            naive_floor_after_empty_claim: false,
+        }
+    }
+
+    /// The naive forms the workload's brokers run (none: the shipped cycle).
+    pub fn naive_forms(&self) -> NaiveForms {
+        NaiveForms {
+            claim_then_fire: self.naive_claim_then_fire,
+            floor_after_empty_claim: self.naive_floor_after_empty_claim,
         }
     }
 
@@ -476,9 +495,12 @@ impl Run<'_> {
         for i in 1..=w.brokers {
             let identity = format!("soak-broker-{i}");
             brokers.push(match (w.broker_processes, self.sweeper_binary) {
+                (true, _) if w.naive_forms() != NaiveForms::default() => return Err(Error::Broker("the naive forms run only in in-process brokers (the production binary cannot name them)".into())),
                 (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
                 (true, None) => return Err(Error::Broker("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into())),
-                (false, _) => Broker::in_process(&db.url, config.clone(), &identity).await?,
+                (false, _) => {
+                    Broker::in_process(&db.url, config.clone(), &identity, w.naive_forms()).await?
+                }
             });
         }
         Ok(brokers)

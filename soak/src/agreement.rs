@@ -1,0 +1,587 @@
+//! `soak agreement`: the same scenarios, with the same parameters, in the calibrated simulation
+//! and on this rig, side by side. One [`Workload`] describes each case; [`spec`] turns it into
+//! the simulation's [`RunSpec`], so the two sides cannot drift apart in what they run.
+//!
+//! Tolerances (issue 16): drain rate and lateness p50 within ±25%, p99 within ±50%, stale
+//! segments and polling calls per second within ±50%; the same verdict on every expectation
+//! (the naive drain goes stale and the shipped ones do not; the floor spins and the band does
+//! not); the lease at which the naive drain stops going stale within a factor of 2.
+//! `soak agreement --check DIR` reruns the simulation side against the rig numbers stored in
+//! DIR, without a database, and fails when a row that agreed no longer does.
+
+use std::path::Path;
+
+use queen_harness::{Knobs, LineChart, Spread};
+use queen_sim::analysis;
+use queen_sim::calibration;
+use queen_sim::model::server::Costs;
+use queen_sim::model::state::Source;
+use queen_sim::world::{self, Burst, KvLoad, PushLoad, RunSpec, TimerLoad};
+use queen_sweeper::knob;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::run::{Run, RunResult, Workload};
+
+/// Seeds of the simulation side; each metric's simulated value is their median.
+pub const SEEDS: [u64; 3] = [1, 2, 3];
+/// The lease of the livelock cases, and the leases the naive drain is swept over.
+const LIVELOCK_LEASE_MS: u64 = 2_000;
+const LEASE_SWEEP_MS: [u64; 3] = [2_000, 8_000, 32_000];
+
+/// One scenario: what it shows, and the load both sides run.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub what: &'static str,
+    pub workload: Workload,
+}
+
+/// The agreement suite's cases, in the order they run.
+pub fn cases() -> Vec<Case> {
+    let mut out = vec![
+        Case {
+            name: "steady".into(),
+            what: "200 timers/s due 0-2 s ahead, 3 brokers, 4 pushers",
+            workload: steady(),
+        },
+        Case {
+            name: "burst".into(),
+            what: "20 000 timers due at one instant in one queue, 3 brokers",
+            workload: burst(),
+        },
+    ];
+    for (name, floor) in [("spin-floor", true), ("spin-band", false)] {
+        let mut w = quiet(name, 20);
+        w.brokers = 5;
+        w.timers_per_s = 20;
+        w.naive_floor_after_empty_claim = floor;
+        out.push(Case {
+            name: name.into(),
+            what: if floor {
+                "5 brokers, 20 timers/s, the naive floor after an empty claim"
+            } else {
+                "5 brokers, 20 timers/s, the shipped band after an empty claim"
+            },
+            workload: w,
+        });
+    }
+    for (form, take, naive) in [("take", 1, false), ("leased", 0, false)] {
+        out.push(Case {
+            name: format!("livelock-{form}"),
+            what: "12 000 timers of 8 KiB due at once, 5 brokers, pushes, 2 s lease: a shipped drain",
+            workload: livelock(LIVELOCK_LEASE_MS, take, naive),
+        });
+    }
+    for lease in LEASE_SWEEP_MS {
+        out.push(Case {
+            name: format!("livelock-naive-{}s", lease / 1000),
+            what: "12 000 timers of 8 KiB due at once, 5 brokers, pushes: the naive drain",
+            workload: livelock(lease, 0, true),
+        });
+    }
+    out
+}
+
+fn quiet(label: &str, seconds: u64) -> Workload {
+    let mut w = Workload::quiet(label, seconds);
+    w.drain_limit_s = 30;
+    w
+}
+
+fn steady() -> Workload {
+    let mut w = quiet("agreement steady", 30);
+    w.timers_per_s = 200;
+    w.timer_delay_ms = (0, 2_000);
+    (w.tenants, w.queues, w.partitions) = (2, 4, 8);
+    w.pushers = 4;
+    w.pushes_per_s_each = 25;
+    w.push_batch = 10;
+    w.push_payload_bytes = 512;
+    w
+}
+
+fn burst() -> Workload {
+    let mut w = quiet("agreement burst", 20);
+    (w.tenants, w.queues, w.partitions) = (1, 1, 8);
+    // One burst on the first tick: 500/s × 40 s, due 10 s later.
+    w.timers_per_s = 500;
+    w.burst_every_s = Some(40);
+    w.timer_delay_ms = (10_000, 10_000);
+    w
+}
+
+fn livelock(lease_ms: u64, take: u64, naive: bool) -> Workload {
+    let mut w = quiet("agreement livelock", 30);
+    w.brokers = 5;
+    w.drain_limit_s = 60;
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, lease_ms)
+        .with(knob::STATEMENT_TIMEOUT_MS, (lease_ms / 2).min(5_000))
+        .with(knob::FIRE_TAKE, take);
+    w.naive_claim_then_fire = naive;
+    (w.tenants, w.queues, w.partitions) = (1, 1, 8);
+    // 12 000 timers of 8 KiB on the first tick (400/s × 30 s), due 3 s later.
+    w.timers_per_s = 400;
+    w.burst_every_s = Some(30);
+    w.timer_delay_ms = (3_000, 3_000);
+    w.payload_bytes = 8_192;
+    w.pushers = 8;
+    w.pushes_per_s_each = 40;
+    w.push_batch = 10;
+    w.push_payload_bytes = 2_048;
+    w
+}
+
+/// The simulation's run of `w` on `seed` with `costs`.
+pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
+    let mut s = RunSpec::new(seed, costs);
+    s.brokers = w.brokers;
+    s.safety_ms = w.seconds * 1000;
+    s.liveness_ms = w.drain_limit_s * 1000;
+    s.knobs = w.knobs.clone();
+    s.naive_drain = w.naive_claim_then_fire;
+    s.floor_after_empty_claim = w.naive_floor_after_empty_claim;
+    match w.burst_every_s {
+        Some(every) => {
+            s.bursts = vec![Burst {
+                // The rig's first tick comes once the brokers are up; the sim's a second in.
+                at_ms: 1_000,
+                count: w.timers_per_s * every as u32,
+                delay_ms: w.timer_delay_ms.0,
+                payload_bytes: u64::from(w.payload_bytes),
+                tenant: "t0".into(),
+                broker: 1,
+            }];
+        }
+        None if w.timers_per_s > 0 => {
+            s.timers = Some(TimerLoad {
+                per_s: w.timers_per_s,
+                // The rig schedules once per 10 ms tick.
+                batch: (w.timers_per_s / 100).max(1),
+                delay_ms: w.timer_delay_ms,
+                payload_bytes: (u64::from(w.payload_bytes), u64::from(w.payload_bytes)),
+                tenants: w.tenants,
+                queues: w.queues,
+                partitions: w.partitions,
+            });
+        }
+        None => {}
+    }
+    if w.pushers > 0 {
+        s.pushes = Some(PushLoad {
+            pushers: w.pushers,
+            per_s_each: w.pushes_per_s_each,
+            messages_per_push: w.push_batch,
+            payload_bytes: u64::from(w.push_payload_bytes),
+        });
+    }
+    if w.kv_per_s > 0 {
+        s.kv = Some(KvLoad {
+            per_s: w.kv_per_s,
+            ttl_ms: w.kv_ttl_ms,
+            keys: w.kv_keys,
+        });
+    }
+    s
+}
+
+/// One side's numbers of one case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    pub fired: u64,
+    /// Timers fired per second from the first fire to the last.
+    pub drain_per_s: f64,
+    pub lateness_ms: Spread,
+    pub stale_segments: u64,
+    /// Probe, claim and take calls per second per broker during the load.
+    pub polling_per_s_per_broker: f64,
+    /// Timers fired in each second of the run, for the plot.
+    pub fired_by_second: Vec<(f64, f64)>,
+}
+
+impl Side {
+    fn of_rig(r: &RunResult) -> Side {
+        let load: Vec<_> = r
+            .series
+            .iter()
+            .filter(|s| s.t_s < r.workload.seconds)
+            .collect();
+        let polling = load.iter().map(|s| s.probe_claim_per_s).sum::<f64>()
+            / load.len().max(1) as f64
+            / f64::from(r.workload.brokers.max(1));
+        Side {
+            fired: r.counters.fired,
+            drain_per_s: round1(r.counters.fired as f64 / r.fire_span_s.max(1e-3)),
+            lateness_ms: r.lateness_ms,
+            stale_segments: r.counters.stale_segments,
+            polling_per_s_per_broker: round1(polling),
+            fired_by_second: r
+                .series
+                .iter()
+                .map(|s| (s.t_s as f64, s.fired_per_s))
+                .collect(),
+        }
+    }
+
+    fn of_sim(spec: &RunSpec) -> Side {
+        let outcome = world::run(spec);
+        let numbers = analysis::numbers("agreement", &outcome, 1);
+        let (first, last) = outcome.db.with(|t| {
+            let fires = t.messages.iter().filter(|m| m.source == Source::Fire);
+            fires.fold((u64::MAX, 0), |(a, b), m| {
+                (a.min(m.created_at), b.max(m.created_at))
+            })
+        });
+        let span_s = last.saturating_sub(first) as f64 / 1e6;
+        let load_s = spec.safety_ms / 1000;
+        let load: Vec<_> = numbers
+            .series
+            .iter()
+            .filter(|b| b.start_s < load_s as f64)
+            .collect();
+        let polling = load.iter().map(|b| b.probe_claim_per_s).sum::<f64>()
+            / load.len().max(1) as f64
+            / f64::from(spec.brokers.max(1));
+        Side {
+            fired: numbers.fired,
+            drain_per_s: round1(numbers.fired as f64 / span_s.max(1e-3)),
+            lateness_ms: numbers.lateness_ms,
+            stale_segments: numbers.stale_segments,
+            polling_per_s_per_broker: round1(polling),
+            fired_by_second: numbers
+                .series
+                .iter()
+                .map(|b| (b.start_s, b.fired as f64))
+                .collect(),
+        }
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// One metric of one case, sim beside rig.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub metric: String,
+    pub sim: f64,
+    pub rig: f64,
+    /// sim / rig (1 when both are 0).
+    pub ratio: f64,
+    /// Allowed relative difference (0.25: ±25%).
+    pub tolerance: f64,
+    pub within: bool,
+}
+
+impl Row {
+    fn new(metric: &str, sim: f64, rig: f64, tolerance: f64) -> Row {
+        let ratio = if sim == rig { 1.0 } else { sim / rig.max(1e-9) };
+        let within = sim == rig || (sim - rig).abs() <= tolerance * rig.abs();
+        Row {
+            metric: metric.into(),
+            sim: round1(sim),
+            rig: round1(rig),
+            ratio: (ratio * 100.0).round() / 100.0,
+            tolerance,
+            within,
+        }
+    }
+}
+
+/// One case's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub name: String,
+    pub what: String,
+    pub workload: Workload,
+    pub rig: Side,
+    /// One per seed of [`SEEDS`].
+    pub sim: Vec<Side>,
+    pub rows: Vec<Row>,
+}
+
+/// The median of `f` over the simulation's seeds.
+fn sim_median(sim: &[Side], f: impl Fn(&Side) -> f64) -> f64 {
+    Spread::of_values(sim.iter().map(f).collect()).p50
+}
+
+/// The rows of a case: the metrics its scenario is about.
+fn rows(name: &str, rig: &Side, sim: &[Side]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let m = |f: &dyn Fn(&Side) -> f64| (sim_median(sim, f), f(rig));
+    if !name.starts_with("spin") {
+        let (s, r) = m(&|x| x.drain_per_s);
+        if name != "steady" {
+            rows.push(Row::new("drain rate, timers/s", s, r, 0.25));
+        }
+        let (s, r) = m(&|x| x.lateness_ms.p50);
+        rows.push(Row::new("lateness p50, ms", s, r, 0.25));
+        let (s, r) = m(&|x| x.lateness_ms.p99);
+        rows.push(Row::new("lateness p99, ms", s, r, 0.5));
+    }
+    let (s, r) = m(&|x| x.stale_segments as f64);
+    rows.push(Row::new("stale segments", s, r, 0.5));
+    let (s, r) = m(&|x| x.polling_per_s_per_broker);
+    rows.push(Row::new("probe+claim+take calls/s per broker", s, r, 0.5));
+    rows
+}
+
+/// The suite's verdicts, each decided on either side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub expectation: String,
+    pub sim: bool,
+    pub rig: bool,
+}
+
+/// The whole agreement run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Agreement {
+    pub measured_on: String,
+    pub commit: String,
+    pub rig: String,
+    /// The calibration the simulation side ran on.
+    pub calibration: String,
+    pub cases: Vec<CaseResult>,
+    pub verdicts: Vec<Verdict>,
+    /// The shortest swept lease at which the naive drain had no stale segment, per side (None:
+    /// stale at every swept lease).
+    pub naive_clean_lease_ms: (Option<u64>, Option<u64>),
+}
+
+/// Runs the simulation side of `w` on every seed, on a thread of its own (turmoil builds its
+/// own runtime, which cannot nest in this one).
+fn simulate(w: &Workload, costs: Costs) -> Result<Vec<Side>, Error> {
+    let w = w.clone();
+    std::thread::spawn(move || {
+        SEEDS
+            .iter()
+            .map(|seed| Side::of_sim(&spec(&w, *seed, costs)))
+            .collect()
+    })
+    .join()
+    .map_err(|_| Error::Message("the simulation side panicked".into()))
+}
+
+/// Runs every case on the rig and in the simulation.
+pub async fn run(run: &Run<'_>, commit: &str, rig: &str, date: &str) -> Result<Agreement, Error> {
+    let costs = calibration::builtin().costs;
+    let mut cases_out = Vec::new();
+    let all = cases();
+    for (i, case) in all.iter().enumerate() {
+        eprintln!(
+            "soak: agreement: [{}/{}] {}: {}",
+            i + 1,
+            all.len(),
+            case.name,
+            case.what
+        );
+        let result = run
+            .execute(
+                &case.workload,
+                &format!("agree_{}", case.name.replace('-', "_")),
+            )
+            .await?;
+        if result.duplicates != 0 || result.never_fired != 0 || result.fired_early != 0 {
+            return Err(Error::Message(format!(
+                "agreement {}: {} duplicated, {} never fired, {} fired early",
+                case.name, result.duplicates, result.never_fired, result.fired_early
+            )));
+        }
+        let rig_side = Side::of_rig(&result);
+        let sim = simulate(&case.workload, costs)?;
+        let rows = rows(&case.name, &rig_side, &sim);
+        for row in &rows {
+            eprintln!(
+                "soak: agreement: {}: {}: sim {} rig {} ({}×){}",
+                case.name,
+                row.metric,
+                row.sim,
+                row.rig,
+                row.ratio,
+                if row.within { "" } else { " OUTSIDE" }
+            );
+        }
+        cases_out.push(CaseResult {
+            name: case.name.clone(),
+            what: case.what.into(),
+            workload: case.workload.clone(),
+            rig: rig_side,
+            sim,
+            rows,
+        });
+    }
+    let (verdicts, naive_clean_lease_ms) = verdicts(&cases_out);
+    Ok(Agreement {
+        measured_on: date.into(),
+        commit: commit.into(),
+        rig: rig.into(),
+        calibration: format!(
+            "sim/calibration/{} ({})",
+            calibration::BUILTIN_NAME,
+            calibration::builtin().describe()
+        ),
+        cases: cases_out,
+        verdicts,
+        naive_clean_lease_ms,
+    })
+}
+
+/// The expectations each side decides, and the lease edge of the naive drain.
+fn verdicts(cases: &[CaseResult]) -> (Vec<Verdict>, (Option<u64>, Option<u64>)) {
+    let find = |name: &str| cases.iter().find(|c| c.name == name);
+    let stale = |c: &CaseResult| {
+        (
+            sim_median(&c.sim, |s| s.stale_segments as f64) > 0.0,
+            c.rig.stale_segments > 0,
+        )
+    };
+    let mut out = Vec::new();
+    if let Some(naive) = find(&format!("livelock-naive-{}s", LIVELOCK_LEASE_MS / 1000)) {
+        let (sim, rig) = stale(naive);
+        out.push(Verdict {
+            expectation: "the naive drain goes stale at a 2 s lease".into(),
+            sim,
+            rig,
+        });
+    }
+    for form in ["take", "leased"] {
+        if let Some(c) = find(&format!("livelock-{form}")) {
+            let (sim, rig) = stale(c);
+            out.push(Verdict {
+                expectation: format!("the {form} drain has no stale segment at a 2 s lease"),
+                sim: !sim,
+                rig: !rig,
+            });
+        }
+    }
+    if let (Some(floor), Some(band)) = (find("spin-floor"), find("spin-band")) {
+        let spins = |f: &dyn Fn(&CaseResult) -> f64| f(floor) > 2.0 * f(band);
+        out.push(Verdict {
+            expectation:
+                "the floor after an empty claim polls more than twice as often as the band".into(),
+            sim: spins(&|c| sim_median(&c.sim, |s| s.polling_per_s_per_broker)),
+            rig: spins(&|c| c.rig.polling_per_s_per_broker),
+        });
+    }
+    let edge = |side: &dyn Fn(&CaseResult) -> bool| {
+        LEASE_SWEEP_MS.iter().copied().find(|lease| {
+            find(&format!("livelock-naive-{}s", lease / 1000)).is_some_and(|c| !side(c))
+        })
+    };
+    let edges = (edge(&|c| stale(c).0), edge(&|c| stale(c).1));
+    (out, edges)
+}
+
+/// The report: a table per case, the verdicts, the lease edge, a plot per case.
+pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
+    crate::report::write_json(dir, "agreement.json", a)?;
+    let mut md = format!(
+        "# Agreement: the calibrated simulation against the rig\n\nMeasured {} at commit {} on {}.\nSimulation: calibration {}; seeds {:?}, each simulated value the median over them.\nTolerances: drain rate and lateness p50 ±25%, p99 ±50%, stale segments and calls/s ±50%.\n\n",
+        a.measured_on, a.commit, a.rig, a.calibration, SEEDS
+    );
+    let (rows, within): (usize, usize) = a.cases.iter().fold((0, 0), |(n, w), c| {
+        (
+            n + c.rows.len(),
+            w + c.rows.iter().filter(|r| r.within).count(),
+        )
+    });
+    md += &format!("**{within} of {rows} rows within tolerance.**\n\n");
+    for c in &a.cases {
+        md += &format!(
+            "## {}\n\n{}. Rig: {} fired; sim: {:?} fired by seed.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
+            c.name,
+            c.what,
+            c.rig.fired,
+            c.sim.iter().map(|s| s.fired).collect::<Vec<_>>()
+        );
+        for r in &c.rows {
+            md += &format!(
+                "| {} | {} | {} | {} | ±{:.0}% | {} |\n",
+                r.metric,
+                r.sim,
+                r.rig,
+                r.ratio,
+                r.tolerance * 100.0,
+                if r.within { "within" } else { "**outside**" }
+            );
+        }
+        let plot = format!("{}-fired.svg", c.name);
+        LineChart {
+            title: &format!("{}: timers fired per second", c.name),
+            x_label: "seconds since the start of the run",
+            y_label: "timers fired per second",
+        }
+        .write_svg(
+            &dir.join(&plot),
+            &[
+                ("rig".into(), c.rig.fired_by_second.clone()),
+                (
+                    format!("sim, seed {}", SEEDS[0]),
+                    c.sim
+                        .first()
+                        .map(|s| s.fired_by_second.clone())
+                        .unwrap_or_default(),
+                ),
+            ],
+        )
+        .map_err(|e| Error::Message(format!("cannot draw {plot}: {e}")))?;
+        md += &format!("\n![{}]({plot})\n\n", c.name);
+    }
+    md += "## Verdicts\n\n| expectation | sim | rig | same |\n|---|---|---|---|\n";
+    for v in &a.verdicts {
+        md += &format!(
+            "| {} | {} | {} | {} |\n",
+            v.expectation,
+            v.sim,
+            v.rig,
+            if v.sim == v.rig { "yes" } else { "**no**" }
+        );
+    }
+    let lease = |l: Option<u64>| {
+        l.map_or("stale at every swept lease".to_owned(), |l| {
+            format!("{l} ms")
+        })
+    };
+    md += &format!(
+        "\nThe shortest swept lease ({:?} ms) at which the naive drain had no stale segment: sim {}, rig {}.\n",
+        LEASE_SWEEP_MS,
+        lease(a.naive_clean_lease_ms.0),
+        lease(a.naive_clean_lease_ms.1)
+    );
+    crate::report::write_file(&dir.join("report.md"), &md)
+}
+
+/// `--check`: the simulation side again, on the built-in calibration, against the stored rig
+/// numbers. Returns the rows that agreed in the stored run and no longer do.
+pub fn check(dir: &Path) -> Result<Vec<String>, Error> {
+    let text =
+        std::fs::read_to_string(dir.join("agreement.json")).map_err(|source| Error::Read {
+            path: dir.join("agreement.json"),
+            source,
+        })?;
+    let stored: Agreement = serde_json::from_str(&text)
+        .map_err(|e| Error::Message(format!("{}: not an agreement report: {e}", dir.display())))?;
+    let costs = calibration::builtin().costs;
+    let mut broken = Vec::new();
+    for case in &stored.cases {
+        let sim = simulate(&case.workload, costs)?;
+        for (now, then) in rows(&case.name, &case.rig, &sim).iter().zip(&case.rows) {
+            println!(
+                "{}: {}: sim {} (stored {}), rig {}{}",
+                case.name,
+                now.metric,
+                now.sim,
+                then.sim,
+                now.rig,
+                if now.within { "" } else { ", outside" }
+            );
+            if then.within && !now.within {
+                broken.push(format!("{}: {}", case.name, now.metric));
+            }
+        }
+    }
+    Ok(broken)
+}
