@@ -17,6 +17,8 @@ use crate::world::RunOutcome;
 pub struct Bucket {
     pub start_s: f64,
     pub fired: u64,
+    /// Timers due by the bucket's end and not fired by then: the backlog a stall leaves behind.
+    pub overdue: u64,
     pub stale_segments: u64,
     #[serde(serialize_with = "serialize_short")]
     pub lateness_ms: Spread,
@@ -84,6 +86,7 @@ pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
             .map(|i| Bucket {
                 start_s: (i as u64 * bucket_s) as f64,
                 fired: 0,
+                overdue: 0,
                 stale_segments: 0,
                 lateness_ms: Spread::default(),
                 probe_claim_per_s: 0.0,
@@ -98,6 +101,7 @@ pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
         for (i, values) in late_by_bucket.into_iter().enumerate() {
             series[i].lateness_ms = Spread::of_values(values);
         }
+        count_overdue(&mut series, &log.scheduled, &t.messages, bucket_us);
         for segment in t.segments.iter().filter(|s| !s.fired) {
             series[((segment.at - ORIGIN_US) / bucket_us) as usize].stale_segments += 1;
         }
@@ -137,6 +141,61 @@ pub fn numbers(label: &str, outcome: &RunOutcome, bucket_s: u64) -> RunNumbers {
             series,
         }
     })
+}
+
+/// Fills each bucket's `overdue`: a timer counts from the bucket it falls due in to the bucket
+/// before the one it fires in (to the end of the run if it never fires).
+fn count_overdue(
+    series: &mut [Bucket],
+    scheduled: &[crate::world::Scheduled],
+    messages: &[crate::model::state::Message],
+    bucket_us: Us,
+) {
+    let fired_at: BTreeMap<&str, Us> = messages
+        .iter()
+        .filter(|m| m.source == Source::Fire)
+        .map(|m| (m.txn.as_str(), m.created_at))
+        .collect();
+    let bucket_of = |at: Us| (at.saturating_sub(ORIGIN_US) / bucket_us) as usize;
+    // +1 where a timer becomes overdue, -1 where it stops; a running sum gives each bucket.
+    let mut change = vec![0i64; series.len() + 1];
+    for timer in scheduled {
+        let from = bucket_of(timer.deliver_at).min(series.len());
+        let to = fired_at
+            .get(timer.txn.as_str())
+            .map_or(series.len(), |at| bucket_of(*at).min(series.len()));
+        if from < to {
+            change[from] += 1;
+            change[to] -= 1;
+        }
+    }
+    let mut overdue = 0i64;
+    for (bucket, delta) in series.iter_mut().zip(change) {
+        overdue += delta;
+        bucket.overdue = u64::try_from(overdue).expect("a running count of overdue timers");
+    }
+}
+
+/// The longest run of consecutive buckets, while at least `backlog` timers are overdue, in
+/// which fewer than `fired_per_s` timers a second fire: how long a drain stalls with work due.
+/// Answered in seconds.
+pub fn longest_stall_s(series: &[Bucket], backlog: u64, fired_per_s: f64) -> f64 {
+    let width_s = bucket_width_s(series);
+    let (mut longest, mut current) = (0usize, 0usize);
+    for bucket in series {
+        let stalled = bucket.overdue >= backlog && (bucket.fired as f64) < fired_per_s * width_s;
+        current = if stalled { current + 1 } else { 0 };
+        longest = longest.max(current);
+    }
+    longest as f64 * width_s
+}
+
+/// The width of a series' buckets in seconds (one second when it has a single bucket).
+pub fn bucket_width_s(series: &[Bucket]) -> f64 {
+    match series {
+        [first, second, ..] => second.start_s - first.start_s,
+        _ => 1.0,
+    }
 }
 
 /// The calls a broker repeats while it looks for work: the probe and the call that picks due
@@ -222,4 +281,48 @@ pub fn fires_of(outcome: &RunOutcome, prefix: &str) -> Vec<(String, Us, f64, Str
             })
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(start_s: f64, fired: u64, overdue: u64) -> Bucket {
+        Bucket {
+            start_s,
+            fired,
+            overdue,
+            stale_segments: 0,
+            lateness_ms: Spread::default(),
+            probe_claim_per_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_stall_counts_only_seconds_with_work_due_and_too_few_fires() {
+        // (fired, overdue) per second: a 3 s stall, broken by a busy second, then 2 s with
+        // nothing due (not a stall), then 1 s of stall.
+        let shape = [
+            (0, 5_000),
+            (50, 5_000),
+            (99, 1_000),
+            (100, 5_000),
+            (0, 999),
+            (0, 0),
+            (10, 2_000),
+        ];
+        let series: Vec<Bucket> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, (fired, overdue))| second(i as f64, *fired, *overdue))
+            .collect();
+        assert_eq!(longest_stall_s(&series, 1_000, 100.0), 3.0);
+        assert_eq!(longest_stall_s(&series, 1_000, 101.0), 4.0);
+    }
+
+    #[test]
+    fn a_stall_in_wide_buckets_is_measured_in_seconds_at_the_same_rate() {
+        let series = vec![second(0.0, 999, 5_000), second(10.0, 1_000, 5_000)];
+        assert_eq!(longest_stall_s(&series, 1, 100.0), 10.0);
+    }
 }

@@ -90,31 +90,58 @@ pub fn json(reports: &[ScenarioReport]) -> String {
     serde_json::to_string_pretty(reports).expect("reports serialise") + "\n"
 }
 
-/// A chart of a report page: file suffix, title, unit, and the value it plots per bucket.
-type Chart = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&crate::analysis::Bucket) -> f64,
-);
+/// A chart of a report page: file suffix, its heading on the page, title, y axis (with its
+/// unit), and the value it plots for a bucket of the given width in seconds (none: the bucket
+/// has no such value, and the line joins its neighbours).
+struct Chart {
+    name: &'static str,
+    heading: &'static str,
+    title: &'static str,
+    y_label: &'static str,
+    metric: fn(&analysis::Bucket, f64) -> Option<f64>,
+}
 
-const CHARTS: [Chart; 4] = [
-    ("lateness", "fire lateness p99 per bucket", "ms", |b| {
-        b.lateness_ms.p99
-    }),
-    ("stale", "stale segments per bucket", "segments", |b| {
-        b.stale_segments as f64
-    }),
-    ("fired", "timers fired per bucket", "timers", |b| {
-        b.fired as f64
-    }),
-    (
-        "queries",
-        "probe + claim calls per second",
-        "calls/s",
-        |b| b.probe_claim_per_s,
-    ),
+const CHARTS: [Chart; 5] = [
+    Chart {
+        name: "fired",
+        heading: "Fired",
+        title: "timers fired per second",
+        y_label: "timers fired / s",
+        metric: |b, width_s| Some(b.fired as f64 / width_s),
+    },
+    Chart {
+        name: "overdue",
+        heading: "Overdue",
+        title: "timers due and not yet fired",
+        y_label: "overdue timers",
+        metric: |b, _| Some(b.overdue as f64),
+    },
+    Chart {
+        name: "lateness",
+        heading: "Lateness",
+        title: "fire lateness p99 of the timers fired in each bucket",
+        y_label: "lateness p99 (ms)",
+        // A bucket that fired nothing has no lateness; a zero there would read as "on time".
+        metric: |b, _| (b.fired > 0).then_some(b.lateness_ms.p99),
+    },
+    Chart {
+        name: "stale",
+        heading: "Stale segments",
+        title: "stale segments per second",
+        y_label: "stale segments / s",
+        metric: |b, width_s| Some(b.stale_segments as f64 / width_s),
+    },
+    Chart {
+        name: "queries",
+        heading: "Probe + claim",
+        title: "probe + claim-or-take calls per second",
+        y_label: "calls / s",
+        metric: |b, _| Some(b.probe_claim_per_s),
+    },
 ];
+
+/// The x axis of every chart: bucket starts on the database's simulated clock.
+const X_LABEL: &str = "simulated time (s)";
 
 /// Writes a scenario's report directory: JSON, plots over time, and a markdown page; returns
 /// the files' names.
@@ -126,20 +153,26 @@ pub fn write_dir(dir: &Path, report: &ScenarioReport) -> Result<Vec<String>, Err
     let stem = format!("{}-seed{}", report.scenario, report.seed);
     let mut files = vec![format!("{stem}.json")];
     write_file(&dir.join(&files[0]), &json(std::slice::from_ref(report)))?;
-    for (name, title, unit, metric) in CHARTS {
-        let file = format!("{stem}-{name}.svg");
+    for chart in &CHARTS {
+        let file = format!("{stem}-{}.svg", chart.name);
         let lines: Vec<Line> = report
             .runs
             .iter()
             .map(|r| {
-                let points = r.numbers.series.iter().map(|b| (b.start_s, metric(b)));
+                let width_s = analysis::bucket_width_s(&r.numbers.series);
+                let points = r.numbers.series.iter();
+                let points = points.filter_map(|b| Some((b.start_s, (chart.metric)(b, width_s)?)));
                 (r.label.clone(), points.collect())
             })
             .collect();
+        let width_s = report
+            .runs
+            .first()
+            .map_or(1.0, |r| analysis::bucket_width_s(&r.numbers.series));
         LineChart {
-            title: &format!("{}: {title}", report.scenario),
-            x_label: "simulated seconds",
-            y_label: unit,
+            title: &format!("{}: {} ({width_s} s buckets)", report.scenario, chart.title),
+            x_label: X_LABEL,
+            y_label: chart.y_label,
         }
         .write_svg(&dir.join(&file), &lines)?;
         files.push(file);
@@ -192,13 +225,8 @@ fn page(report: &ScenarioReport, stem: &str) -> String {
             "see the JSON: some failed (a naive form's liveness may)"
         }
     );
-    for (name, title) in [
-        ("lateness", "Lateness"),
-        ("stale", "Stale segments"),
-        ("fired", "Fired"),
-        ("queries", "Probe + claim"),
-    ] {
-        let _ = writeln!(page, "![{title}]({stem}-{name}.svg)\n");
+    for chart in &CHARTS {
+        let _ = writeln!(page, "![{}]({stem}-{}.svg)\n", chart.heading, chart.name);
     }
     let _ = writeln!(page, "Raw data: [`{stem}.json`]({stem}.json).");
     page

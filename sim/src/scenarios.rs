@@ -80,7 +80,7 @@ impl Serialize for Scenario {
     }
 }
 
-const LIVELOCK: &str = "Five brokers share a 16 MiB/s WAL with 8 producers (about 3.5 MB/s of pushes). At t = 5 s a backlog of 12 000 timers with 8 KiB payloads becomes due, on top of 200 timers/s. The lease is 2 s. The naive drain claims a whole pass (up to 5 000 rows) in batches of 200 and then fires them; firing 5 000 rows of 8 KiB takes longer than the lease, so brokers with nothing left to claim re-claim the rows a busy broker still holds, the busy broker's fires come back stale, and the rows travel between brokers while lateness climbs. The leased drain (the seed's form, `QUEEN_SWEEPER_FIRE_TAKE=0`) claims a batch, fires it, and stops claiming at half the lease: every fire commits inside its lease. The take (the default) picks, appends and deletes a batch in one transaction: no lease to outlive. The naive drain is also run with leases of 8 s and 32 s to show where the symptom disappears: once a lease outlasts the firing of a whole pass.";
+const LIVELOCK: &str = "Five brokers share a 16 MiB/s WAL with 8 producers pushing 100-message batches (about 9 MB/s, each commit 225 KB). At t = 2 s a burst of 12 000 timers with 8 KiB payloads is scheduled, due at 5 s, on top of 200 timers/s; its schedule commits fill the WAL too. The lease is 2 s. The naive drain claims a whole pass (up to 5 000 rows) in batches of 200 and then fires them; each claim's commit waits its turn in the WAL, so the pass's first claims reach their lease before their fire: the fires come back stale, other brokers re-claim the rows, and for several seconds almost nothing fires while the overdue backlog stays high. The leased drain (the seed's form, `QUEEN_SWEEPER_FIRE_TAKE=0`) claims a batch, fires it, and stops claiming at half the lease: every fire commits inside its lease. The take (the default) picks, appends and deletes a batch in one transaction: no lease to outlive. A stall is a second with 1 000+ timers overdue and under 100 fired. The naive drain is also run with leases of 8 s and 32 s to show where the symptom disappears.";
 
 const SPIN: &str = "Five brokers share an 8 MiB/s WAL with producers pushing 100-message batches, so a commit waits its turn in the WAL queue (up to a few hundred ms). Every second a burst of 150 timers, scheduled 2 s ahead, becomes due; every broker knows when and wakes for it. One claim takes the whole burst and keeps its rows locked while its commit waits for the WAL; the others see work due and their claims take nothing. With the 5 ms floor they come straight back, probe and claim again, for the whole wait; with the jittered 25-200 ms band they back off. The rates are measured from each burst's due instant to its last fire.";
 
@@ -227,11 +227,6 @@ fn expect(name: &'static str, passed: bool, detail: String) -> Check {
     }
 }
 
-/// The livelock: five brokers, a backlog of 12 000 timers with 8 KiB payloads under a push
-/// load, the naive drain (claim the whole pass, then fire) against the shipped one (claim and
-/// fire in the same iteration, stop at half the lease), same seed and load. The backlog is less
-/// than five passes, so some brokers are idle and re-claim what the busy ones have held past
-/// their lease. Then the naive drain with longer leases, to find where the symptom disappears.
 /// The drain forms the livelock scenario puts side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DrainForm {
@@ -243,80 +238,79 @@ enum DrainForm {
     Take,
 }
 
+/// The livelock: five brokers, a burst of 12 000 timers with 8 KiB payloads under a push load
+/// of 100-message batches, the naive drain (claim the whole pass, then fire) against the shipped
+/// ones (claim and fire in the same iteration, stop at half the lease; the take), same seed and
+/// load. Then the naive drain with longer leases, to find where the symptom disappears.
 fn livelock(seed: u64, options: Options) -> Parts {
     let lease_ms = 2_000u64;
-    let base = |lease: u64, form: DrainForm| {
-        let mut w = RunSpec::new(seed, options.costs);
-        w.brokers = 5;
-        w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
-        w.liveness_ms = 60_000;
-        w.knobs = Knobs::new()
-            .with(knob::LEASE_MS, lease)
-            .with(knob::STATEMENT_TIMEOUT_MS, (lease / 2).min(5_000))
-            .with(knob::FIRE_TAKE, u64::from(form == DrainForm::Take));
-        w.naive_drain = form == DrainForm::Naive;
-        w.costs = Costs {
-            wal_bytes_per_s: 16 * 1024 * 1024,
-            ..options.costs
-        };
-        w.timers = Some(TimerLoad {
-            per_s: 200,
-            batch: 20,
-            delay_ms: (0, 2_000),
-            payload_bytes: (1_024, 4_096),
-            tenants: 2,
-            queues: 4,
-            partitions: 8,
-        });
-        w.bursts = vec![Burst {
-            at_ms: 2_000,
-            count: 12_000,
-            delay_ms: 3_000,
-            payload_bytes: 8_192,
-            tenant: "tenant-0".into(),
-            broker: 1,
-        }];
-        w.pushes = Some(PushLoad {
-            pushers: 8,
-            per_s_each: 40,
-            messages_per_push: 10,
-            payload_bytes: 2_048,
-        });
-        w
+    let run = |label: &str, form: &'static str, lease: u64, drain: DrainForm| {
+        let label = format!("{label}, lease {lease} ms");
+        execute(&label, form, &livelock_spec(seed, options, lease, drain), 1)
     };
-    let take = execute(
-        &format!("take, lease {lease_ms} ms"),
-        "shipped",
-        &base(lease_ms, DrainForm::Take),
-        10,
-    );
-    let leased = execute(
-        &format!("leased, lease {lease_ms} ms"),
-        "shipped",
-        &base(lease_ms, DrainForm::Leased),
-        10,
-    );
-    let naive = execute(
-        &format!("naive, lease {lease_ms} ms"),
-        "naive",
-        &base(lease_ms, DrainForm::Naive),
-        10,
-    );
-    let mut sweep = Vec::new();
-    for lease in [lease_ms * 4, lease_ms * 16] {
-        sweep.push(execute(
-            &format!("naive, lease {lease} ms"),
-            "naive",
-            &base(lease, DrainForm::Naive),
-            10,
-        ));
-    }
+    let take = run("take", "shipped", lease_ms, DrainForm::Take);
+    let leased = run("leased", "shipped", lease_ms, DrainForm::Leased);
+    let naive = run("naive", "naive", lease_ms, DrainForm::Naive);
+    let sweep: Vec<RunReport> = [lease_ms * 4, lease_ms * 16]
+        .into_iter()
+        .map(|lease| run("naive", "naive", lease, DrainForm::Naive))
+        .collect();
     let findings = livelock_findings(&take, &leased, &naive, &sweep);
     let expectations = livelock_expectations(&take, &leased, &naive);
     let mut runs = vec![take, leased, naive];
     runs.extend(sweep);
     (runs, findings, expectations)
 }
+
+/// The livelock's world. The pushes come in batches of 100 messages (225 KB of WAL each, 14 ms
+/// of the 16 MiB/s WAL), and the burst's own schedule commits go through the same WAL: a claim's
+/// commit waits behind them. The naive drain claims 25 batches before it fires the first, so
+/// its first claims' leases end before their fire; the shipped forms fire each batch as soon as
+/// it is claimed. With the 10-message pushes of commit 33aa3f1 the naive drain threw back
+/// thousands of stale segments but its fired/s never fell below the shipped forms' for more than
+/// two seconds in a row (seed 1): the WAL stayed busy with live fires either way.
+fn livelock_spec(seed: u64, options: Options, lease_ms: u64, form: DrainForm) -> RunSpec {
+    let mut w = RunSpec::new(seed, options.costs);
+    w.brokers = 5;
+    w.safety_ms = options.duration_s.unwrap_or(60) * 1000;
+    w.liveness_ms = 60_000;
+    w.knobs = Knobs::new()
+        .with(knob::LEASE_MS, lease_ms)
+        .with(knob::STATEMENT_TIMEOUT_MS, (lease_ms / 2).min(5_000))
+        .with(knob::FIRE_TAKE, u64::from(form == DrainForm::Take));
+    w.naive_drain = form == DrainForm::Naive;
+    w.costs = Costs {
+        wal_bytes_per_s: 16 * 1024 * 1024,
+        ..options.costs
+    };
+    w.timers = Some(TimerLoad {
+        per_s: LIVELOCK_TIMERS_PER_S,
+        batch: 20,
+        delay_ms: (0, 2_000),
+        payload_bytes: (1_024, 4_096),
+        tenants: 2,
+        queues: 4,
+        partitions: 8,
+    });
+    w.bursts = vec![Burst {
+        at_ms: 2_000,
+        count: 12_000,
+        delay_ms: 3_000,
+        payload_bytes: 8_192,
+        tenant: "tenant-0".into(),
+        broker: 1,
+    }];
+    w.pushes = Some(PushLoad {
+        pushers: 8,
+        per_s_each: 5,
+        messages_per_push: 100,
+        payload_bytes: 2_048,
+    });
+    w
+}
+
+/// The steady timer load of the livelock world, timers a second.
+const LIVELOCK_TIMERS_PER_S: u32 = 200;
 
 fn livelock_findings(
     take: &RunReport,
@@ -327,7 +321,8 @@ fn livelock_findings(
     let row = |r: &RunReport| {
         json!({"staleSegments": r.numbers.stale_segments, "staleTimers": r.numbers.stale_timers,
                "fired": r.numbers.fired, "latenessMs": r.numbers.lateness_ms.short(),
-               "pushLatencyMs": r.numbers.push_latency_ms.short()})
+               "pushLatencyMs": r.numbers.push_latency_ms.short(),
+               "longestStallS": stall_s(r)})
     };
     let mut findings = BTreeMap::new();
     findings.insert("take".into(), row(take));
@@ -335,7 +330,7 @@ fn livelock_findings(
     findings.insert("naive".into(), row(naive));
     let by_lease: Vec<Value> = std::iter::once(naive)
         .chain(sweep.iter())
-        .map(|r| json!({"leaseMs": lease_of(&r.spec), "staleSegments": r.numbers.stale_segments, "latenessP99Ms": r.numbers.lateness_ms.p99}))
+        .map(|r| json!({"leaseMs": lease_of(&r.spec), "staleSegments": r.numbers.stale_segments, "latenessP99Ms": r.numbers.lateness_ms.p99, "longestStallS": stall_s(r)}))
         .collect();
     findings.insert("naiveByLease".into(), Value::Array(by_lease));
     let disappears = std::iter::once(naive)
@@ -346,51 +341,77 @@ fn livelock_findings(
     findings
 }
 
-/// How much later than the leased drain the take's lateness p99 may read in the livelock world
-/// before it counts as later: the spread of the ratio over seeds 1-10.
-const TAKE_VS_LEASED_NOISE: f64 = 1.05;
+/// A stall: a second in which at least this many timers are overdue and fewer than half the
+/// steady load's rate fires, so the backlog cannot be shrinking.
+const STALL_BACKLOG: u64 = 1_000;
+const STALL_FIRED_PER_S: f64 = LIVELOCK_TIMERS_PER_S as f64 / 2.0;
 
+/// The longest stall of a run ([`analysis::longest_stall_s`]), in seconds.
+fn stall_s(r: &RunReport) -> f64 {
+    analysis::longest_stall_s(&r.numbers.series, STALL_BACKLOG, STALL_FIRED_PER_S)
+}
+
+/// The naive drain stalls for at least this long. On seeds 1-20 its longest stall was 5-13 s
+/// (median 10 s) and the shipped forms' 0-5 s (median 2 s; those are the burst's own schedule
+/// commits filling the WAL at 5-10 s), and on every seed the naive's was the longest, by 3-11 s.
+/// The floor is 3 s, below the naive's lowest, so that it says "sustained" without being a
+/// seed's luck; the comparison with the shipped forms on the same seed carries the contrast.
+const NAIVE_STALL_MIN_S: f64 = 3.0;
+
+/// The symptom as the seed states it, on every seed: the naive drain throws back stale
+/// segments and its fired count stays low for a sustained stretch with work due; the shipped
+/// forms throw back none and keep draining. Lateness is reported in the findings, not ordered
+/// here: every form writes the same bytes through one WAL, and per-seed p99 ratios between
+/// forms overlapped 1.0 (see the commit that introduced this).
 fn livelock_expectations(take: &RunReport, leased: &RunReport, naive: &RunReport) -> Vec<Check> {
     let stale = |r: &RunReport| r.numbers.stale_segments;
-    let p99 = |r: &RunReport| r.numbers.lateness_ms.p99;
-    vec![
+    let mut checks = vec![
         expect(
             "naive_shows_stale_segments",
             stale(naive) > 0,
             format!("naive drain: {} stale segments", stale(naive)),
         ),
         expect(
+            "naive_stalls_with_work_due",
+            stall_s(naive) >= NAIVE_STALL_MIN_S,
+            format!(
+                "naive drain: {} s in a row with {STALL_BACKLOG}+ overdue and under {STALL_FIRED_PER_S}/s fired (at least {NAIVE_STALL_MIN_S} s)",
+                stall_s(naive)
+            ),
+        ),
+    ];
+    for (name, stale_name, stall_name, r) in [
+        (
+            "leased drain",
             "leased_has_no_stale_segments",
-            stale(leased) == 0,
-            format!("leased drain: {} stale segments", stale(leased)),
+            "leased_keeps_draining",
+            leased,
         ),
-        expect(
+        (
+            "take",
             "take_has_no_stale_segments",
-            stale(take) == 0,
-            format!("take: {} stale segments", stale(take)),
+            "take_keeps_draining",
+            take,
         ),
-        expect(
-            "naive_is_later_than_leased",
-            p99(naive) > p99(leased),
+    ] {
+        checks.push(expect(
+            stale_name,
+            stale(r) == 0,
+            format!("{name}: {} stale segments", stale(r)),
+        ));
+        // Shorter than the naive drain's on the same seed: both see the same congested WAL, so
+        // the comparison is on the same world (on seeds 1-20 the naive's was 3-11 s longer).
+        checks.push(expect(
+            stall_name,
+            stall_s(r) < stall_s(naive),
             format!(
-                "lateness p99 naive {} ms vs leased {} ms",
-                p99(naive),
-                p99(leased)
+                "{name}: longest stall {} s, naive {} s",
+                stall_s(r),
+                stall_s(naive)
             ),
-        ),
-        // Both forms write the same payload bytes through the same 16 MiB/s WAL (the burst
-        // alone is 96 MiB), so their p99 differ by the seed's interleaving: take/leased was
-        // 0.90-1.03 on seeds 1-10 (commit 2cdd5cb). "No later" is judged within that noise.
-        expect(
-            "take_no_later_than_leased",
-            p99(take) <= p99(leased) * TAKE_VS_LEASED_NOISE,
-            format!(
-                "lateness p99 take {} ms vs leased {} ms",
-                p99(take),
-                p99(leased)
-            ),
-        ),
-    ]
+        ));
+    }
+    checks
 }
 
 fn lease_of(spec: &RunSpec) -> u64 {
