@@ -79,6 +79,7 @@ pub enum Request {
         namespace: String,
         key: String,
         ttl_ms: Option<u64>,
+        /// The stored size of the value (PostgreSQL's `pg_column_size`).
         bytes: u64,
     },
 }

@@ -569,18 +569,20 @@ pub fn usage_step(t: &mut Tables, after: Option<&str>, now: Us, max_tenants: u32
         .iter()
         .map(|x| (x.clone(), Default::default()))
         .collect();
+    // Bytes are what the SQL counts: the stored sizes of what a tenant controls, namespace, key
+    // and value for KV, queue, timer key and payload for timers.
     for (key, row) in &t.kv {
         if let Some(usage) = fresh.get_mut(&key.tenant)
             && row.expires_at.is_none_or(|e| e > now)
         {
             usage.kv_rows += 1;
-            usage.kv_bytes += row.bytes;
+            usage.kv_bytes += (key.namespace.len() + key.key.len()) as u64 + row.bytes;
         }
     }
     for (key, row) in &t.timers {
         if let Some(usage) = fresh.get_mut(&key.tenant) {
             usage.timer_rows += 1;
-            usage.timer_bytes += row.payload_bytes;
+            usage.timer_bytes += (key.queue.len() + key.key.len()) as u64 + row.payload_bytes;
         }
     }
     let mut zeroed = 0;
@@ -828,9 +830,29 @@ pub fn payload_bytes(payload: &Payload) -> u64 {
         Payload::Json(value) => value
             .get("simBytes")
             .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| value.to_string().len() as u64),
+            .unwrap_or_else(|| jsonb_text_bytes(value)),
         Payload::Bytes(bytes) => bytes.len() as u64,
     }
+}
+
+/// The length of a JSON payload as the apply stores it, `(payload::jsonb)::text`: PostgreSQL
+/// writes `": "` and `", "` where the compact form has no space, and the same escapes. A float's
+/// text may still differ (PostgreSQL's numeric writes `1e3` as `1000`); the sim's payloads have
+/// none.
+pub fn jsonb_text_bytes(value: &serde_json::Value) -> u64 {
+    fn separators(value: &serde_json::Value) -> u64 {
+        match value {
+            serde_json::Value::Object(map) => {
+                // One space after each colon, one after each comma between entries.
+                (2 * map.len()).saturating_sub(1) as u64 + map.values().map(separators).sum::<u64>()
+            }
+            serde_json::Value::Array(items) => {
+                items.len().saturating_sub(1) as u64 + items.iter().map(separators).sum::<u64>()
+            }
+            _ => 0,
+        }
+    }
+    value.to_string().len() as u64 + separators(value)
 }
 
 /// A payload of `bytes` bytes, described rather than carried.
