@@ -138,22 +138,33 @@ fn nothing_left_due(t: &Tables, outcome: &RunOutcome) -> Check {
     )
 }
 
+/// No prune removed a row that was live when it did: judged by the row's newest version, so a
+/// row an open transaction's put was re-writing with a later expiry counts as live (the real
+/// prune skips such a row; one that ignored the lock would lose the put).
 fn no_live_kv_pruned(t: &Tables) -> Check {
     let live_pruned: Vec<String> = t
         .pruned
         .iter()
-        .filter(|p| p.expires_at > p.pruned_at)
+        .filter(|p| {
+            p.expires_at
+                .is_none_or(|expires_at| expires_at > p.pruned_at)
+        })
         .map(|p| {
-            format!(
-                "{} expired at {} µs, pruned at {} µs",
-                p.key.key, p.expires_at, p.pruned_at
-            )
+            let expiry = p.expires_at.map_or_else(
+                || "never expiring".to_owned(),
+                |e| format!("expiring at {e} µs"),
+            );
+            format!("{} {expiry}, pruned at {} µs", p.key.key, p.pruned_at)
         })
         .collect();
     verdict(
         "no_live_kv_pruned",
         &live_pruned,
-        format!("{} rows pruned, all expired", t.pruned.len()),
+        format!(
+            "{} rows pruned, all expired; {} expired rows skipped under an open transaction's lock",
+            t.pruned.len(),
+            t.kv_skipped_locked
+        ),
     )
 }
 
@@ -207,8 +218,9 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::model::ops;
     use crate::model::server::Db;
-    use crate::model::state::{KvKey, Pruned};
+    use crate::model::state::{KvKey, KvRow, Pruned};
     use crate::time::ORIGIN_US;
     use crate::world::{LoadLog, RunSpec, Scheduled};
 
@@ -291,7 +303,7 @@ mod tests {
                     namespace: "n".into(),
                     key: "k".into(),
                 },
-                expires_at: ORIGIN_US + 5_000_000,
+                expires_at: Some(ORIGIN_US + 5_000_000),
                 pruned_at: ORIGIN_US + 4_999_999,
             });
             let key = crate::model::state::TimerKey {
@@ -318,6 +330,151 @@ mod tests {
         assert_eq!(
             failed(&run),
             ["ran_to_the_end", "nothing_left_due", "no_live_kv_pruned"]
+        );
+    }
+
+    fn kv_key(key: &str) -> KvKey {
+        KvKey {
+            tenant: "t".into(),
+            namespace: "ns".into(),
+            key: key.into(),
+        }
+    }
+
+    /// The instant the prunes below run at.
+    const PRUNE_AT: Us = ORIGIN_US + 2_000_000;
+
+    /// A finished run whose KV table holds, at [`PRUNE_AT`], `free` and `held`, both committed
+    /// with an expiry 1 s before, `held` re-put with a 60 s TTL by a transaction still open (the
+    /// transaction wire's put, not yet committed), and `forever`, which never expires. Returns
+    /// the run and the open transaction.
+    fn kv_run() -> (RunOutcome, u64) {
+        let run = outcome(&[ORIGIN_US + 1_000_000]);
+        let txn = run.db.with(|t| {
+            let expired = Some(PRUNE_AT - 1_000_000);
+            for (key, expires_at) in [("free", expired), ("held", expired), ("forever", None)] {
+                let row = KvRow {
+                    expires_at,
+                    bytes: 8,
+                };
+                ops::kv_put(t, None, kv_key(key), row).expect("no lock yet");
+            }
+            let txn = t.new_txn();
+            let re_put = KvRow {
+                expires_at: Some(PRUNE_AT + 60_000_000),
+                bytes: 8,
+            };
+            ops::kv_put(t, Some(txn), kv_key("held"), re_put).expect("nobody else holds it");
+            txn
+        });
+        (run, txn)
+    }
+
+    fn all_shards() -> Vec<u8> {
+        (0..64).collect()
+    }
+
+    /// The prune without `SKIP LOCKED`: deletes every expired candidate, held or not.
+    fn prune_ignoring_locks(t: &mut Tables, now: Us) {
+        for key in ops::kv_expired_candidates(t, &all_shards(), now, 1000) {
+            t.prune_kv(&key, now);
+        }
+    }
+
+    /// The prune without its expiry test: deletes every unheld row.
+    fn prune_ignoring_expiry(t: &mut Tables, now: Us) {
+        let keys: Vec<KvKey> = t.kv.keys().cloned().collect();
+        for key in keys {
+            if !t.kv_locked_by_other(&key, 0) {
+                t.prune_kv(&key, now);
+            }
+        }
+    }
+
+    fn no_live_kv_pruned_of(run: &RunOutcome) -> Check {
+        check(run)
+            .into_iter()
+            .find(|c| c.name == "no_live_kv_pruned")
+            .expect("always checked")
+    }
+
+    #[test]
+    fn the_real_prune_skips_a_row_an_open_put_holds_and_passes_no_live_kv_pruned() {
+        let (run, txn) = kv_run();
+        let step = run
+            .db
+            .with(|t| ops::kv_expire_step(t, &all_shards(), PRUNE_AT, 1000, 10_000));
+        assert_eq!(
+            (step.deleted, step.done, step.unpruned),
+            (1, true, 1),
+            "free is pruned; held is skipped and its expired committed version still counts"
+        );
+        assert!(failed(&run).is_empty(), "{:?}", check(&run));
+        assert!(
+            no_live_kv_pruned_of(&run)
+                .detail
+                .contains("1 rows pruned, all expired; 1 expired rows skipped"),
+            "{:?}",
+            no_live_kv_pruned_of(&run)
+        );
+        run.db.with(|t| {
+            t.commit_kv(txn);
+            assert_eq!(
+                t.kv.get(&kv_key("held")).map(|row| row.expires_at),
+                Some(Some(PRUNE_AT + 60_000_000)),
+                "the put's commit installs its version"
+            );
+        });
+    }
+
+    #[test]
+    fn a_prune_that_ignores_locks_fails_no_live_kv_pruned() {
+        let (run, txn) = kv_run();
+        run.db.with(|t| prune_ignoring_locks(t, PRUNE_AT));
+        assert_eq!(failed(&run), ["no_live_kv_pruned"]);
+        let detail = no_live_kv_pruned_of(&run).detail;
+        assert!(
+            detail.starts_with("1 offenders, first: held expiring at"),
+            "{detail}"
+        );
+        run.db.with(|t| {
+            t.commit_kv(txn);
+            assert!(
+                !t.kv.contains_key(&kv_key("held")),
+                "the put committed and its row is gone: the write the lock protected is lost"
+            );
+        });
+    }
+
+    #[test]
+    fn a_prune_that_ignores_expiry_fails_no_live_kv_pruned() {
+        let (run, _txn) = kv_run();
+        run.db.with(|t| prune_ignoring_expiry(t, PRUNE_AT));
+        assert_eq!(failed(&run), ["no_live_kv_pruned"]);
+        let detail = no_live_kv_pruned_of(&run).detail;
+        assert!(
+            detail.starts_with("1 offenders, first: forever never expiring"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_row_pruned_one_microsecond_before_its_expiry_is_caught_and_at_it_is_not() {
+        let run = outcome(&[ORIGIN_US + 1_000_000]);
+        run.db.with(|t| {
+            for (key, expires_at) in [("before", PRUNE_AT + 1), ("at", PRUNE_AT)] {
+                let row = KvRow {
+                    expires_at: Some(expires_at),
+                    bytes: 8,
+                };
+                ops::kv_put(t, None, kv_key(key), row).expect("no lock");
+            }
+            prune_ignoring_expiry(t, PRUNE_AT);
+        });
+        let detail = no_live_kv_pruned_of(&run).detail;
+        assert!(
+            detail.starts_with("1 offenders, first: before expiring at"),
+            "{detail}"
         );
     }
 

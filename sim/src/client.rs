@@ -286,6 +286,42 @@ impl SimTimerTx {
     }
 }
 
+impl SimTimerTx {
+    /// A KV put inside this transaction (the transaction wire): it holds the row's lock, and its
+    /// new version stays invisible, until the commit or the rollback.
+    pub async fn kv_put(
+        &mut self,
+        tenant: &str,
+        namespace: &str,
+        key: &str,
+        ttl_ms: Option<u64>,
+        value_bytes: u64,
+    ) -> Result<(), Error> {
+        let put = Request::KvPut {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+            ttl_ms,
+            bytes: value_bytes,
+        };
+        for request in [Request::Begin, put] {
+            match self.round_trip(request).await? {
+                Response::Done => {}
+                other => return Err(unexpected("kv_put", &other)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls the transaction back: its row locks go, and what it wrote with them.
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        match self.round_trip(Request::Rollback).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("rollback", &other)),
+        }
+    }
+}
+
 impl TimerTx for SimTimerTx {
     async fn apply(&mut self, tenant: &str, ops: &[TimerOp]) -> Result<Vec<ApplyResult>, Error> {
         match self

@@ -588,6 +588,8 @@ fn steady(seed: u64, options: Options, brokers: u32) -> RunSpec {
         per_s: 100,
         ttl_ms: (100, 3_000),
         keys: 500,
+        wire_writers: 2,
+        held_ms: (50, 1_000),
     });
     w
 }
@@ -806,6 +808,9 @@ fn swarm(seed: u64, options: Options) -> RunSpec {
             per_s: rng.range(10, 200) as u32,
             ttl_ms: (50, 2_000),
             keys: 200,
+            // Fixed, not drawn: the seed's other draws (the faults after this) stay as they were.
+            wire_writers: 2,
+            held_ms: (50, 1_000),
         });
     }
     for _ in 0..rng.range(0, 4) {

@@ -60,6 +60,8 @@ pub enum Request {
         tenant: String,
         ops: Vec<TimerOp>,
     },
+    /// Opens a transaction on this connection (an apply opens one itself); a KV put joins it.
+    Begin,
     Commit,
     Rollback,
     /// A producer's push of `count` messages of `payload_bytes` each.
@@ -71,11 +73,13 @@ pub enum Request {
         payload_bytes: u64,
         txn_prefix: String,
     },
+    /// Inside this connection's open transaction when there is one, else committed at once.
     KvPut {
         tenant: String,
         namespace: String,
         key: String,
         ttl_ms: Option<u64>,
+        /// The stored size of the value (PostgreSQL's `pg_column_size`).
         bytes: u64,
     },
 }
@@ -93,6 +97,7 @@ impl Request {
             Request::Usage { .. } => "usage",
             Request::ReadSwitches | Request::WriteSwitch { .. } => "switches",
             Request::Apply { .. } => "apply",
+            Request::Begin => "begin",
             Request::Commit => "commit",
             Request::Rollback => "rollback",
             Request::Push { .. } => "push",

@@ -67,6 +67,10 @@ pub struct KvLoad {
     pub per_s: u32,
     pub ttl_ms: (u64, u64),
     pub keys: u32,
+    /// Writers of the transaction wire, on the same keys: each puts a key inside a transaction it
+    /// holds open for `held_ms`, so the prune meets expired rows under a put's lock.
+    pub wire_writers: u32,
+    pub held_ms: (u64, u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -412,6 +416,14 @@ fn add_load(
             }
         }
         if let Some(load) = spec.kv.clone() {
+            for w in 0..load.wire_writers {
+                tasks.push(tokio::spawn(kv_wire_writer(
+                    spec.clone(),
+                    load.clone(),
+                    root.fork(200 + u64::from(w)),
+                    log.clone(),
+                )));
+            }
             tasks.push(tokio::spawn(kv_writer(
                 spec.clone(),
                 load,
@@ -661,6 +673,40 @@ async fn kv_writer(
         let elapsed = Duration::from_micros(elapsed_us());
         if next > elapsed {
             tokio::time::sleep(next - elapsed).await;
+        }
+    }
+    Ok(())
+}
+
+/// Rolls back one transaction of the wire in this many; the others commit.
+const WIRE_ROLLBACK_ONE_IN: u64 = 4;
+
+/// A writer of the transaction wire: re-puts a key inside a transaction it holds open for a
+/// while (its other statements' time), then commits, or rolls back, so the prune meets expired
+/// rows under a put's lock, and the put's new expiry is there only after the commit.
+async fn kv_wire_writer(
+    spec: RunSpec,
+    load: KvLoad,
+    mut rng: Rng,
+    log: Arc<Mutex<LoadLog>>,
+) -> std::io::Result<()> {
+    let store = SimStore::new("db", Duration::from_secs(5));
+    let failed = |e: queen_sweeper::Error| std::io::Error::other(e.to_string());
+    while elapsed_us() < spec.safety_ms * 1000 {
+        let key = format!("key-{}", rng.range(0, u64::from(load.keys.max(1)) - 1));
+        let ttl_ms = rng.range(load.ttl_ms.0, load.ttl_ms.1);
+        let held = Duration::from_millis(rng.range(load.held_ms.0, load.held_ms.1).max(1));
+        let commit = rng.range(1, WIRE_ROLLBACK_ONE_IN) != 1;
+        let mut tx = store.begin().await.map_err(failed)?;
+        tx.kv_put("tenant-0", "ns", &key, Some(ttl_ms), 64)
+            .await
+            .map_err(failed)?;
+        tokio::time::sleep(held).await;
+        if commit {
+            queen_sweeper::TimerTx::commit(tx).await.map_err(failed)?;
+            log.lock().expect("not poisoned").kv_puts += 1;
+        } else {
+            tx.rollback().await.map_err(failed)?;
         }
     }
     Ok(())

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use queen_sim::client::SimStore;
+use queen_sim::client::{SimStore, SimTimerTx};
 use queen_sim::model::server::{Db, serve};
 use queen_sim::wire::{Request, Response};
 use queen_sweeper::{
@@ -43,7 +43,28 @@ trait Backend {
     async fn sleep(&self, duration: Duration);
     /// Txns of every message in the log, sorted.
     async fn messages(&self) -> Vec<String>;
-    async fn put_kv(&self, key: &str, ttl_ms: u64);
+    /// Puts `key` of tenant `t`, namespace `ns`, with [`KV_VALUE`], committed at once.
+    async fn put_kv(&self, key: &str, ttl_ms: u64) {
+        self.put_kv_row("t", "ns", key, KV_VALUE, Some(ttl_ms))
+            .await;
+    }
+    /// Puts a row whose value is the JSON string `value`, committed at once.
+    async fn put_kv_row(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl_ms: Option<u64>,
+    );
+    /// An open transaction that has put `key` of tenant `t`, namespace `ns`, with `ttl_ms`: it
+    /// holds the row's lock until [`Backend::end`] (the transaction wire mid-flight).
+    type Open;
+    async fn put_kv_and_hold(&self, key: &str, ttl_ms: u64) -> Self::Open;
+    /// Commits (`commit`) or rolls back an open transaction.
+    async fn end(&self, open: Self::Open, commit: bool);
+    /// Tenant `tenant`'s row of the usage table: kv rows, kv bytes, timer rows, timer bytes.
+    async fn usage(&self, tenant: &str) -> Option<[u64; 4]>;
     /// A fire call straight to the database, past the port's own assertions, to check the
     /// database's guards.
     async fn fire_unchecked(&self, call: FireCall) -> Option<String>;
@@ -92,18 +113,48 @@ impl Backend for Model {
         txns.sort();
         txns
     }
-    async fn put_kv(&self, key: &str, ttl_ms: u64) {
+    async fn put_kv_row(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl_ms: Option<u64>,
+    ) {
         let request = Request::KvPut {
-            tenant: "t".into(),
-            namespace: "ns".into(),
+            tenant: tenant.into(),
+            namespace: namespace.into(),
             key: key.into(),
-            ttl_ms: Some(ttl_ms),
-            bytes: 8,
+            ttl_ms,
+            bytes: stored_bytes_of_string_value(value),
         };
         assert!(matches!(
             self.store.call(request).await.expect("kv put"),
             Response::Done
         ));
+    }
+    type Open = SimTimerTx;
+    async fn put_kv_and_hold(&self, key: &str, ttl_ms: u64) -> SimTimerTx {
+        let mut tx = self.store.begin().await.expect("begin");
+        let bytes = stored_bytes_of_string_value(KV_VALUE);
+        tx.kv_put("t", "ns", key, Some(ttl_ms), bytes)
+            .await
+            .expect("kv put in a transaction");
+        tx
+    }
+    async fn end(&self, open: SimTimerTx, commit: bool) {
+        if commit {
+            open.commit().await.expect("commit");
+        } else {
+            open.rollback().await.expect("rollback");
+        }
+    }
+    async fn usage(&self, tenant: &str) -> Option<[u64; 4]> {
+        self.db.with(|t| {
+            t.usage
+                .get(tenant)
+                .map(|u| [u.kv_rows, u.kv_bytes, u.timer_rows, u.timer_bytes])
+        })
     }
     async fn lock_timer(&self, key: &str) -> Box<dyn std::any::Any> {
         let txn = self.db.with(|t| {
@@ -161,13 +212,69 @@ impl Backend for Pg {
             .await
             .expect("messages")
     }
-    async fn put_kv(&self, key: &str, ttl_ms: u64) {
-        sqlx::query("SELECT queen.kv_put_v1('t', 'ns', $1, '1', $2, now())")
+    async fn put_kv_row(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        key: &str,
+        value: &str,
+        ttl_ms: Option<u64>,
+    ) {
+        sqlx::query("SELECT queen.kv_put_v1($1, $2, $3, to_jsonb($4::text), $5, now())")
+            .bind(tenant)
+            .bind(namespace)
             .bind(key)
-            .bind(i64::try_from(ttl_ms).unwrap())
+            .bind(value)
+            .bind(ttl_ms.map(|ms| i64::try_from(ms).unwrap()))
             .execute(self.store.pool())
             .await
             .expect("kv put");
+        // The model is told the value's stored size; this is where that number is checked.
+        let stored: i32 = sqlx::query_scalar(
+            "SELECT pg_column_size(value) FROM queen.kv \
+             WHERE tenant_id = $1 AND namespace = $2 AND key = $3",
+        )
+        .bind(tenant)
+        .bind(namespace)
+        .bind(key)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("stored size");
+        assert_eq!(
+            stored as u64,
+            stored_bytes_of_string_value(value),
+            "{value:?}"
+        );
+    }
+    type Open = sqlx::Transaction<'static, sqlx::Postgres>;
+    async fn put_kv_and_hold(&self, key: &str, ttl_ms: u64) -> Self::Open {
+        let mut tx = self.store.pool().begin().await.expect("begin");
+        sqlx::query("SELECT queen.kv_put_v1('t', 'ns', $1, to_jsonb($2::text), $3, now())")
+            .bind(key)
+            .bind(KV_VALUE)
+            .bind(i64::try_from(ttl_ms).unwrap())
+            .execute(&mut *tx)
+            .await
+            .expect("kv put in a transaction");
+        tx
+    }
+    async fn end(&self, open: Self::Open, commit: bool) {
+        if commit {
+            open.commit().await.expect("commit");
+        } else {
+            open.rollback().await.expect("rollback");
+        }
+    }
+    async fn usage(&self, tenant: &str) -> Option<[u64; 4]> {
+        let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT kv_rows, kv_bytes, timer_rows, timer_bytes FROM queen.kv_usage \
+             WHERE tenant_id = $1",
+        )
+        .bind(tenant)
+        .fetch_optional(self.store.pool())
+        .await
+        .expect("usage");
+        row.map(|(a, b, c, d)| [a as u64, b as u64, c as u64, d as u64])
     }
     async fn lock_timer(&self, key: &str) -> Box<dyn std::any::Any> {
         let mut connection = self.store.pool().acquire().await.expect("a connection");
@@ -300,7 +407,21 @@ conformance![
     a_take_runs_the_fairness_round,
     a_take_leaves_leased_and_backing_off_rows_alone,
     the_probe_carries_the_switches_and_the_prunes_alarm,
+    the_prune_skips_rows_open_puts_hold_and_prunes_them_once_the_lock_goes,
+    the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes,
+    the_switches_read_back_as_written_and_stop_neither_the_prune_nor_the_rollup,
 ];
+
+/// The value of every KV row the checks write, unless they say otherwise.
+const KV_VALUE: &str = "value";
+
+/// `pg_column_size` of a jsonb string of `value` as a `queen.kv` row stores it, short values
+/// only: a 1-byte varlena header (a value under 127 bytes is stored short), the 4-byte container
+/// header, one 4-byte entry, then the text. The PostgreSQL side checks it on every put.
+fn stored_bytes_of_string_value(value: &str) -> u64 {
+    assert!(value.len() < 100, "short values only: {}", value.len());
+    1 + 4 + 4 + value.len() as u64
+}
 
 fn timer_key(key: &str) -> queen_sim::model::state::TimerKey {
     queen_sim::model::state::TimerKey {
@@ -1025,4 +1146,181 @@ async fn the_probe_carries_the_switches_and_the_prunes_alarm<B: Backend>(b: &B) 
         (off.switches.schedule_enabled, off.switches.fire_enabled),
         (true, false)
     );
+}
+
+async fn prune<B: Backend>(b: &B, max_rows: u32) -> (u64, bool, u64) {
+    let step = b
+        .store()
+        .kv_expire_step(&slot().await, &ALL(), max_rows)
+        .await
+        .expect("prune");
+    (step.deleted, step.done, step.unpruned)
+}
+
+async fn rollup<B: Backend>(
+    b: &B,
+    after: Option<&str>,
+    max_tenants: u32,
+) -> queen_sweeper::UsageStep {
+    b.store()
+        .usage_step(&slot().await, after, max_tenants)
+        .await
+        .expect("rollup")
+}
+
+async fn the_prune_skips_rows_open_puts_hold_and_prunes_them_once_the_lock_goes<B: Backend>(b: &B) {
+    for key in ["free", "rolled-back", "committed"] {
+        b.put_kv(key, 1).await;
+    }
+    b.sleep(Duration::from_millis(50)).await;
+    // Two transactions of the wire re-put expired rows with a long TTL and have not committed.
+    let rolled_back = b.put_kv_and_hold("rolled-back", 600_000).await;
+    let committed = b.put_kv_and_hold("committed", 600_000).await;
+    assert_eq!(
+        prune(b, 3).await,
+        (1, false, 2),
+        "the held rows are skipped, not waited for; they count toward the budget, and their \
+         committed versions, expired, as unpruned"
+    );
+    assert_eq!(prune(b, 10).await, (0, true, 2), "still held");
+    b.end(rolled_back, false).await;
+    b.end(committed, true).await;
+    assert_eq!(
+        prune(b, 10).await,
+        (1, true, 0),
+        "the rolled-back row goes once its lock does; the committed put made its row live"
+    );
+    let step = rollup(b, None, 10).await;
+    assert_eq!((step.tenants, step.done), (1, true));
+    let live = 2 + "committed".len() as u64 + stored_bytes_of_string_value(KV_VALUE);
+    assert_eq!(
+        b.usage("t").await,
+        Some([1, live, 0, 0]),
+        "only the committed row is left"
+    );
+}
+
+async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B: Backend>(b: &B) {
+    let bytes_payload = TimerOp::Schedule {
+        queue: "q".into(),
+        timer_key: "bin".into(),
+        delay_ms: 60_000,
+        payload: Payload::Bytes(vec![7; 100]),
+        partition: Some("p".into()),
+        txn: None,
+    };
+    // A JSON payload is stored as jsonb's text, `{"key": "j"}`: 12 bytes, not serde's 11.
+    b.schedule("t", vec![schedule("j", 60_000), bytes_payload])
+        .await;
+    b.schedule("u", vec![schedule("u1", 60_000)]).await;
+    b.put_kv_row("t", "ns", "a", "0123456789", None).await;
+    b.put_kv_row("t", "ns2", "bb", &"x".repeat(20), Some(600_000))
+        .await;
+    b.put_kv_row("t", "ns", "gone", KV_VALUE, Some(1)).await;
+    b.put_kv_row("v", "ns", "k", KV_VALUE, Some(2_000)).await;
+    b.sleep(Duration::from_millis(50)).await;
+
+    // Two tenants a step, in tenant order, as the sweeper pages it.
+    let first = rollup(b, None, 2).await;
+    assert_eq!(
+        (
+            first.tenants,
+            first.zeroed,
+            first.done,
+            first.last_tenant.as_deref()
+        ),
+        (2, 0, false, Some("u"))
+    );
+    let second = rollup(b, Some("u"), 2).await;
+    assert_eq!(
+        (
+            second.tenants,
+            second.zeroed,
+            second.done,
+            second.last_tenant.as_deref()
+        ),
+        (1, 0, true, Some("v"))
+    );
+    // Namespace + key + the value's stored size for KV (live rows only); queue + timer key +
+    // payload for timers.
+    let kv_a = 2 + 1 + (9 + 10);
+    let kv_bb = 3 + 2 + (9 + 20);
+    let timer_j = 1 + 1 + r#"{"key": "j"}"#.len() as u64;
+    let timer_bin = 1 + 3 + 100;
+    assert_eq!(
+        b.usage("t").await,
+        Some([2, kv_a + kv_bb, 2, timer_j + timer_bin]),
+        "the expired row is not counted"
+    );
+    let timer_u1 = 1 + 2 + r#"{"key": "u1"}"#.len() as u64;
+    assert_eq!(b.usage("u").await, Some([0, 0, 1, timer_u1]));
+    assert_eq!(b.usage("v").await, Some([1, 2 + 1 + (9 + 5), 0, 0]));
+
+    // v's only row expires and is pruned: the next rollup writes v as zeros.
+    b.sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(prune(b, 10).await, (2, true, 0), "gone and v's row");
+    let again = rollup(b, None, 10).await;
+    assert_eq!(
+        (
+            again.tenants,
+            again.zeroed,
+            again.done,
+            again.last_tenant.as_deref()
+        ),
+        (2, 1, true, Some("u"))
+    );
+    assert_eq!(b.usage("v").await, Some([0, 0, 0, 0]));
+    assert_eq!(
+        b.usage("t").await,
+        Some([2, kv_a + kv_bb, 2, timer_j + timer_bin])
+    );
+}
+
+async fn switches<B: Backend>(b: &B) -> (bool, bool) {
+    let slot = slot().await;
+    let read = b.store().read_switches(&slot).await.expect("read switches");
+    let probed = b
+        .store()
+        .probe(&slot, &probe_of(10, 0))
+        .await
+        .expect("probe")
+        .switches;
+    assert_eq!(read, probed, "the read and the probe agree");
+    (read.schedule_enabled, read.fire_enabled)
+}
+
+async fn set<B: Backend>(b: &B, switch: Switch, enabled: bool) {
+    b.store()
+        .write_switch(&slot().await, switch, enabled)
+        .await
+        .expect("write switch");
+}
+
+async fn the_switches_read_back_as_written_and_stop_neither_the_prune_nor_the_rollup<B: Backend>(
+    b: &B,
+) {
+    assert_eq!(switches(b).await, (true, true), "both on by default");
+    set(b, Switch::Schedule, false).await;
+    assert_eq!(switches(b).await, (false, true), "one switch, not both");
+    set(b, Switch::Fire, false).await;
+    set(b, Switch::Fire, false).await;
+    assert_eq!(
+        switches(b).await,
+        (false, false),
+        "written twice, still off"
+    );
+    // The database keeps the switches and the brokers obey them: with both off, the prune and
+    // the rollup run as ever (the prune is not a fire, and the rollup is what the quota reads).
+    b.put_kv("gone", 1).await;
+    b.put_kv("kept", 600_000).await;
+    b.sleep(Duration::from_millis(50)).await;
+    assert_eq!(prune(b, 10).await, (1, true, 0));
+    let step = rollup(b, None, 10).await;
+    assert_eq!((step.tenants, step.done), (1, true));
+    let kept = 2 + "kept".len() as u64 + stored_bytes_of_string_value(KV_VALUE);
+    assert_eq!(b.usage("t").await, Some([1, kept, 0, 0]));
+    set(b, Switch::Schedule, true).await;
+    assert_eq!(switches(b).await, (true, false));
+    set(b, Switch::Fire, true).await;
+    assert_eq!(switches(b).await, (true, true));
 }

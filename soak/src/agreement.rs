@@ -181,6 +181,9 @@ pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
             per_s: w.kv_per_s,
             ttl_ms: w.kv_ttl_ms,
             keys: w.kv_keys,
+            // The rig's KV load has no writers holding puts open.
+            wire_writers: 0,
+            held_ms: (0, 0),
         });
     }
     s

@@ -11,7 +11,7 @@ use queen_sweeper::{
 };
 use uuid::Uuid;
 
-use super::state::{DeadLetter, KvKey, Pruned, Tables, TimerKey, TimerRow, Us};
+use super::state::{DeadLetter, KvKey, KvLock, KvRow, Tables, TimerKey, TimerRow, Us};
 
 /// A failed statement: SQLSTATE and message, as PostgreSQL would raise them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -475,7 +475,10 @@ fn timer_key(timer: &TimerRef) -> TimerKey {
     }
 }
 
-/// PRUNE: deletes expired rows (expiry at or before now) up to the budget, in shard order.
+/// PRUNE: deletes expired rows (expiry at or before now) up to the budget, in shard order. As
+/// the SQL does, candidates are found without locks, and a row another open transaction holds (a
+/// put in flight) is skipped, never waited on (`FOR UPDATE SKIP LOCKED`): it still counts toward
+/// the budget and `done`, and its committed version still counts as unpruned.
 pub fn kv_expire_step(
     t: &mut Tables,
     shards: &[u8],
@@ -483,6 +486,29 @@ pub fn kv_expire_step(
     max_rows: u32,
     unpruned_cap: u64,
 ) -> ExpireStep {
+    let candidates = kv_expired_candidates(t, shards, now, max_rows);
+    let done = candidates.len() < max_rows as usize;
+    let mut deleted = 0;
+    for key in candidates {
+        if t.kv_locked_by_other(&key, 0) {
+            t.kv_skipped_locked += 1;
+        } else if t.prune_kv(&key, now) {
+            deleted += 1;
+        }
+    }
+    let alarm = kv_alarm(t, shards, now, unpruned_cap);
+    ExpireStep {
+        deleted,
+        done,
+        unpruned: alarm.expired,
+        unpruned_capped: alarm.capped,
+        lag_ms: alarm.lag_ms,
+    }
+}
+
+/// The prune's candidates: committed rows expired at `now`, oldest first per shard, shards in
+/// the caller's order, at most `max_rows` in all. Read without locks.
+pub fn kv_expired_candidates(t: &Tables, shards: &[u8], now: Us, max_rows: u32) -> Vec<KvKey> {
     let mut candidates = Vec::new();
     for &shard in shards {
         let remaining = max_rows as usize - candidates.len();
@@ -494,27 +520,27 @@ pub fn kv_expire_step(
                 .range((shard, 0, min_kv())..)
                 .take_while(|(s, expires_at, _)| *s == shard && *expires_at <= now)
                 .take(remaining)
-                .map(|(_, expires_at, key)| (*expires_at, key.clone())),
+                .map(|(_, _, key)| key.clone()),
         );
     }
-    let done = candidates.len() < max_rows as usize;
-    let deleted = candidates.len() as u64;
-    for (expires_at, key) in candidates {
-        t.remove_kv(&key);
-        t.pruned.push(Pruned {
-            key,
-            expires_at,
-            pruned_at: now,
-        });
+    candidates
+}
+
+/// KV PUT (`queen.kv_put_v1`): inside transaction `txn`, the new version is written under the
+/// row's lock and stays invisible until [`Tables::commit_kv`]; with `txn` `None` it commits at
+/// once. Returns `Err(key)` when another transaction holds the row, to wait and retry, as the
+/// put's `ON CONFLICT DO UPDATE` waits.
+pub fn kv_put(t: &mut Tables, txn: Option<u64>, key: KvKey, row: KvRow) -> Result<(), KvKey> {
+    if t.kv_locked_by_other(&key, txn.unwrap_or(0)) {
+        return Err(key);
     }
-    let alarm = kv_alarm(t, shards, now, unpruned_cap);
-    ExpireStep {
-        deleted,
-        done,
-        unpruned: alarm.expired,
-        unpruned_capped: alarm.capped,
-        lag_ms: alarm.lag_ms,
+    match txn {
+        Some(txn) => {
+            t.kv_locks.insert(key, KvLock { txn, pending: row });
+        }
+        None => t.put_kv(key, row),
     }
+    Ok(())
 }
 
 fn min_kv() -> KvKey {
@@ -543,18 +569,20 @@ pub fn usage_step(t: &mut Tables, after: Option<&str>, now: Us, max_tenants: u32
         .iter()
         .map(|x| (x.clone(), Default::default()))
         .collect();
+    // Bytes are what the SQL counts: the stored sizes of what a tenant controls, namespace, key
+    // and value for KV, queue, timer key and payload for timers.
     for (key, row) in &t.kv {
         if let Some(usage) = fresh.get_mut(&key.tenant)
             && row.expires_at.is_none_or(|e| e > now)
         {
             usage.kv_rows += 1;
-            usage.kv_bytes += row.bytes;
+            usage.kv_bytes += (key.namespace.len() + key.key.len()) as u64 + row.bytes;
         }
     }
     for (key, row) in &t.timers {
         if let Some(usage) = fresh.get_mut(&key.tenant) {
             usage.timer_rows += 1;
-            usage.timer_bytes += row.payload_bytes;
+            usage.timer_bytes += (key.queue.len() + key.key.len()) as u64 + row.payload_bytes;
         }
     }
     let mut zeroed = 0;
@@ -802,9 +830,29 @@ pub fn payload_bytes(payload: &Payload) -> u64 {
         Payload::Json(value) => value
             .get("simBytes")
             .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| value.to_string().len() as u64),
+            .unwrap_or_else(|| jsonb_text_bytes(value)),
         Payload::Bytes(bytes) => bytes.len() as u64,
     }
+}
+
+/// The length of a JSON payload as the apply stores it, `(payload::jsonb)::text`: PostgreSQL
+/// writes `": "` and `", "` where the compact form has no space, and the same escapes. A float's
+/// text may still differ (PostgreSQL's numeric writes `1e3` as `1000`); the sim's payloads have
+/// none.
+pub fn jsonb_text_bytes(value: &serde_json::Value) -> u64 {
+    fn separators(value: &serde_json::Value) -> u64 {
+        match value {
+            serde_json::Value::Object(map) => {
+                // One space after each colon, one after each comma between entries.
+                (2 * map.len()).saturating_sub(1) as u64 + map.values().map(separators).sum::<u64>()
+            }
+            serde_json::Value::Array(items) => {
+                items.len().saturating_sub(1) as u64 + items.iter().map(separators).sum::<u64>()
+            }
+            _ => 0,
+        }
+    }
+    value.to_string().len() as u64 + separators(value)
 }
 
 /// A payload of `bytes` bytes, described rather than carried.
@@ -822,5 +870,6 @@ pub fn apply_commit(t: &mut Tables, txn: u64, staged: Vec<Staged>) {
             }
         }
     }
+    t.commit_kv(txn);
     t.release_locks(txn);
 }

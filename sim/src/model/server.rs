@@ -6,7 +6,10 @@
 //! - claim tokens and leases live on the database's clock;
 //! - a fire holds its timer-row locks while it waits, first come first served, for the partition
 //!   locks pushes hold, and every commit writes its bytes through one WAL of finite bandwidth, so
-//!   a big fire under push load is slow: the condition of the livelock.
+//!   a big fire under push load is slow: the condition of the livelock;
+//! - a KV put inside an open transaction holds its row's lock, its new version invisible, until
+//!   the commit or the rollback; another put waits for it, and the prune skips the row
+//!   (`SKIP LOCKED`) while its committed version, expired, still counts as unpruned.
 //!
 //! Simplifications (each one checked not to matter for what the simulation claims):
 //! - statements cost simulated times measured on a rig ([`Costs`], from `soak calibrate`), not
@@ -18,8 +21,8 @@
 //!   rejected) is not modelled; the fire's polling for busy rows is;
 //! - the database never fails or restarts; faults are on brokers and links;
 //! - a statement whose client went away still runs to completion (the ambiguous commit);
-//! - KV rows are never locked by open transactions, and queues/partitions need no provisioning
-//!   locks;
+//! - queues/partitions need no provisioning locks;
+//! - KV puts keep no version counter, check no quota and write no WAL;
 //! - load hosts describe large payloads by their size (`{"simBytes": N}`) instead of carrying
 //!   them over the simulated wire; the WAL is charged their full size.
 
@@ -121,7 +124,7 @@ pub async fn serve(db: Arc<Db>) -> turmoil::Result {
     }
 }
 
-/// An open schedule transaction of one connection.
+/// An open transaction of one connection: the schedule seam's, or the transaction wire's.
 #[derive(Debug)]
 struct OpenTxn {
     txn: u64,
@@ -187,6 +190,10 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             tenant,
             ops: timer_ops,
         } => apply(db, &tenant, &timer_ops, open).await,
+        Request::Begin => {
+            begin(db, open);
+            Response::Done
+        }
         Request::Commit => commit(db, open.take()).await,
         Request::Rollback => rollback(db, open.take()),
         Request::Push {
@@ -216,7 +223,7 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
                 namespace,
                 key,
             };
-            kv_put(db, key, ttl_ms, bytes).await
+            kv_put(db, key, ttl_ms, bytes, open).await
         }
     }
 }
@@ -347,17 +354,48 @@ fn rollback(db: &Db, open: Option<OpenTxn>) -> Response {
     Response::Done
 }
 
-async fn kv_put(db: &Db, key: KvKey, ttl_ms: Option<u64>, bytes: u64) -> Response {
+/// KV PUT: inside the connection's open transaction when there is one (the new version waits
+/// for its commit, under the row's lock), else committed at once. Waits, like the put's
+/// `ON CONFLICT DO UPDATE`, while another transaction holds the row.
+async fn kv_put(
+    db: &Db,
+    key: KvKey,
+    ttl_ms: Option<u64>,
+    bytes: u64,
+    open: &mut Option<OpenTxn>,
+) -> Response {
     sleep_us(db.costs.small_call_us).await;
-    let now = now_us();
-    db.with(|t| {
+    let txn = open.as_ref().map(|open| open.txn);
+    let polls = APPLY_LOCK_WAIT.as_millis() as u32;
+    for _ in 0..polls {
+        let now = now_us();
         let row = KvRow {
             expires_at: ttl_ms.map(|ms| now + ms * 1000),
             bytes,
         };
-        t.put_kv(key, row);
-    });
-    Response::Done
+        if db.with(|t| ops::kv_put(t, txn, key.clone(), row)).is_ok() {
+            return Response::Done;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    if let Some(open) = open.take() {
+        db.with(|t| t.release_locks(open.txn));
+    }
+    Response::Error {
+        sqlstate: Some("55P03".into()),
+        message: "lock timeout waiting for a kv row".into(),
+    }
+}
+
+/// BEGIN: opens a transaction on the connection, if none is open; the statements after it join
+/// it until COMMIT or ROLLBACK. (An apply opens one itself.)
+fn begin(db: &Db, open: &mut Option<OpenTxn>) {
+    if open.is_none() {
+        *open = Some(OpenTxn {
+            txn: db.with(Tables::new_txn),
+            staged: Vec::new(),
+        });
+    }
 }
 
 async fn apply(

@@ -88,14 +88,28 @@ pub struct KvKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KvRow {
     pub expires_at: Option<Us>,
+    /// The stored size of the value (PostgreSQL's `pg_column_size(value)`), which the rollup
+    /// counts with the namespace and the key.
     pub bytes: u64,
+}
+
+/// The row lock an open transaction's put holds on a KV row, with the version it wrote: as in
+/// PostgreSQL, the new version is invisible to every other statement until the commit, and the
+/// lock lasts until the commit or the rollback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvLock {
+    pub txn: u64,
+    pub pending: KvRow,
 }
 
 /// A KV row the prune removed, with the instants the checker needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Pruned {
     pub key: KvKey,
-    pub expires_at: Us,
+    /// The expiry of the row's newest version: the one an open transaction's put was about to
+    /// commit when a transaction held the row (the prune took that version with it), else the
+    /// committed one. `None`: it never expires.
+    pub expires_at: Option<Us>,
     pub pruned_at: Us,
 }
 
@@ -146,7 +160,11 @@ pub struct Tables {
     pub kv: BTreeMap<KvKey, KvRow>,
     /// (shard, expires_at, key) for rows that can expire.
     pub kv_index: BTreeSet<(u8, Us, KvKey)>,
+    /// Row locks of open transactions on KV rows (their puts), with the versions they wrote.
+    pub kv_locks: BTreeMap<KvKey, KvLock>,
     pub pruned: Vec<Pruned>,
+    /// Expired rows a prune found under another transaction's lock and skipped (SKIP LOCKED).
+    pub kv_skipped_locked: u64,
     pub usage: BTreeMap<String, Usage>,
     pub switches: Option<SwitchStates>,
     pub next_token: u128,
@@ -205,8 +223,47 @@ impl Tables {
         self.row_locks.get(key).is_some_and(|&holder| holder != txn)
     }
 
+    /// Ends transaction `txn` without committing: its timer and KV row locks go, and with them
+    /// the KV versions it wrote.
     pub fn release_locks(&mut self, txn: u64) {
         self.row_locks.retain(|_, holder| *holder != txn);
+        self.kv_locks.retain(|_, lock| lock.txn != txn);
+    }
+
+    /// Whether a transaction other than `txn` holds KV row `key` (`txn` 0, an autocommitted statement: any transaction).
+    pub fn kv_locked_by_other(&self, key: &KvKey, txn: u64) -> bool {
+        self.kv_locks.get(key).is_some_and(|lock| lock.txn != txn)
+    }
+
+    /// Commits the KV versions transaction `txn` wrote and releases their locks.
+    pub fn commit_kv(&mut self, txn: u64) {
+        let ours: Vec<KvKey> = self
+            .kv_locks
+            .iter()
+            .filter(|(_, lock)| lock.txn == txn)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in ours {
+            let lock = self.kv_locks.remove(&key).expect("listed above");
+            self.put_kv(key, lock.pending);
+        }
+    }
+
+    /// Deletes KV row `key` for the prune at `now` and records it: the committed row, and the
+    /// version an open transaction wrote if one holds it (only a prune that ignores locks gets
+    /// there; that put's commit then has nothing to install). False when there was no row.
+    pub fn prune_kv(&mut self, key: &KvKey, now: Us) -> bool {
+        let Some(committed) = self.remove_kv(key) else {
+            return false;
+        };
+        let pending = self.kv_locks.remove(key).map(|lock| lock.pending);
+        let newest = pending.unwrap_or(committed);
+        self.pruned.push(Pruned {
+            key: key.clone(),
+            expires_at: newest.expires_at,
+            pruned_at: now,
+        });
+        true
     }
 
     pub fn partition_id(&mut self, destination: &Destination) -> u64 {
