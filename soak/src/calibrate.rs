@@ -38,7 +38,7 @@ const ROWS: [u32; 6] = [1, 25, 50, 100, 200, 400];
 const PAYLOADS: [u32; 3] = [64, 2_048, 8_192];
 const PAYLOAD: u32 = 512;
 /// Repetitions per size.
-const REPS: u32 = 7;
+const REPS: u32 = 11;
 /// Messages per push.
 const PUSH_SIZES: [u32; 3] = [1, 10, 50];
 /// Expired KV rows per prune.
@@ -528,12 +528,17 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
     };
     let row_overhead = ((per_row_extra(&drain.fire) + per_row_extra(&drain.take)) / 2.0).round();
     // The rows' part of a call: its server time less its WAL's time, fitted on the 512 B batches.
+    // The line goes through each size's median, so one slow repetition (a checkpoint, another
+    // process's burst of writes) does not pull it.
     let line = |samples: &Samples| {
         let points: Vec<(f64, f64)> = samples
-            .0
-            .iter()
-            .filter(|s| s.payload == u64::from(PAYLOAD))
-            .map(|s| (s.rows as f64, server(s) - wal_us(s.wal)))
+            .groups()
+            .into_iter()
+            .filter(|((_, payload), _)| *payload == u64::from(PAYLOAD))
+            .map(|((rows, _), group)| {
+                let rest: Vec<f64> = group.iter().map(|s| server(s) - wal_us(s.wal)).collect();
+                (rows as f64, median(&rest))
+            })
             .collect();
         let (a, b) = fit_line(&points);
         (a.max(0.0).round() as u64, b.max(0.0).round() as u64)
