@@ -559,7 +559,10 @@ async fn burster(spec: RunSpec, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()>
         if at > elapsed {
             tokio::time::sleep(at - elapsed).await;
         }
-        // One call per 500 timers: one broker's seam, several transactions.
+        // One call per 500 timers: one broker's seam, several transactions, every call aimed
+        // at the same instant (as the soak aims its calls), so the burst is due at once however
+        // long scheduling it takes.
+        let due_us = elapsed_us() + burst.delay_ms * 1000;
         let mut sent = 0;
         while sent < burst.count {
             let chunk = (burst.count - sent).min(500);
@@ -570,7 +573,7 @@ async fn burster(spec: RunSpec, log: Arc<Mutex<LoadLog>>) -> std::io::Result<()>
                 .map(|(j, txn)| TimerOp::Schedule {
                     queue: format!("queue-{}", j % 4),
                     timer_key: txn.clone(),
-                    delay_ms: burst.delay_ms as i64,
+                    delay_ms: (due_us.saturating_sub(elapsed_us()) / 1000) as i64,
                     payload: described_payload(burst.payload_bytes),
                     partition: Some(format!("p{}", j % 8)),
                     txn: Some(txn.clone()),

@@ -606,9 +606,14 @@ impl Run<'_> {
                 let second = std::mem::replace(&mut s.push_second, histogram());
                 (Spread::of(&second, 1000.0).p99, s.pushes_total)
             };
+            // The calls a broker repeats while it looks for work, as the simulation counts
+            // them: the probe, the claim and the take (the take was left out until 2026-12-04).
             let calls = |c: &Counters| {
-                c.queries.get("probe").copied().unwrap_or(0)
-                    + c.queries.get("claim").copied().unwrap_or(0)
+                c.queries
+                    .iter()
+                    .filter(|(kind, _)| queen_sim::analysis::is_polling_call(kind))
+                    .map(|(_, n)| n)
+                    .sum::<u64>()
             };
             let sample = Sample {
                 t_s: t,
