@@ -588,3 +588,101 @@ pub fn check(dir: &Path) -> Result<Vec<String>, Error> {
     }
     Ok(broken)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_runs_in_the_sim_what_it_runs_on_the_rig() {
+        let costs = calibration::builtin().costs;
+        for case in cases() {
+            let w = &case.workload;
+            let s = spec(w, 1, costs);
+            assert_eq!(s.brokers, w.brokers, "{}", case.name);
+            assert_eq!(s.safety_ms, w.seconds * 1000, "{}", case.name);
+            assert_eq!(s.knobs, w.knobs, "{}", case.name);
+            assert_eq!(s.naive_drain, w.naive_claim_then_fire, "{}", case.name);
+            assert_eq!(
+                s.floor_after_empty_claim, w.naive_floor_after_empty_claim,
+                "{}",
+                case.name
+            );
+            let timers: u64 = match (&s.timers, s.bursts.as_slice()) {
+                (None, [b]) => {
+                    assert_eq!(b.delay_ms, w.timer_delay_ms.0, "{}", case.name);
+                    u64::from(b.count)
+                }
+                (Some(t), []) => u64::from(t.per_s) * w.seconds,
+                other => panic!("{}: timers {other:?}", case.name),
+            };
+            let rig_timers = match w.burst_every_s {
+                Some(every) => u64::from(w.timers_per_s) * every,
+                None => u64::from(w.timers_per_s) * w.seconds,
+            };
+            assert_eq!(timers, rig_timers, "{}", case.name);
+            let pushes = s.pushes.as_ref().map_or(0, |p| p.pushers * p.per_s_each);
+            assert_eq!(pushes, w.pushers * w.pushes_per_s_each, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn a_row_is_within_its_tolerance_of_the_rig_and_zero_agrees_only_with_zero() {
+        assert!(Row::new("x", 125.0, 100.0, 0.25).within);
+        assert!(!Row::new("x", 126.0, 100.0, 0.25).within);
+        assert!(Row::new("x", 75.0, 100.0, 0.25).within);
+        assert!(!Row::new("x", 74.0, 100.0, 0.25).within);
+        assert!(Row::new("x", 0.0, 0.0, 0.5).within);
+        assert!(!Row::new("x", 1.0, 0.0, 0.5).within);
+        assert!(!Row::new("x", 0.0, 3.0, 0.5).within);
+        assert_eq!(Row::new("x", 150.0, 100.0, 0.5).ratio, 1.5);
+    }
+
+    fn side(stale: u64, polling: f64) -> Side {
+        Side {
+            fired: 1,
+            drain_per_s: 1.0,
+            lateness_ms: Spread::default(),
+            stale_segments: stale,
+            polling_per_s_per_broker: polling,
+            fired_by_second: Vec::new(),
+        }
+    }
+
+    fn case(name: &str, rig: Side, sim: Side) -> CaseResult {
+        CaseResult {
+            name: name.into(),
+            what: String::new(),
+            workload: Workload::quiet(name, 1),
+            rig,
+            sim: vec![sim.clone(), sim.clone(), sim],
+            rows: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn verdicts_are_decided_on_each_side_and_the_lease_edge_is_the_first_clean_lease() {
+        let cases = vec![
+            case("livelock-naive-2s", side(5, 0.0), side(9, 0.0)),
+            case("livelock-naive-8s", side(0, 0.0), side(2, 0.0)),
+            case("livelock-naive-32s", side(0, 0.0), side(0, 0.0)),
+            case("livelock-take", side(0, 0.0), side(0, 0.0)),
+            case("livelock-leased", side(1, 0.0), side(0, 0.0)),
+            case("spin-floor", side(0, 30.0), side(0, 90.0)),
+            case("spin-band", side(0, 20.0), side(0, 10.0)),
+        ];
+        let (verdicts, edge) = verdicts(&cases);
+        let of = |text: &str| {
+            let v = verdicts
+                .iter()
+                .find(|v| v.expectation.contains(text))
+                .unwrap_or_else(|| panic!("no verdict on {text}"));
+            (v.sim, v.rig)
+        };
+        assert_eq!(of("naive drain goes stale"), (true, true));
+        assert_eq!(of("take drain"), (true, true));
+        assert_eq!(of("leased drain"), (true, false));
+        assert_eq!(of("twice as often"), (true, false));
+        assert_eq!(edge, (Some(32_000), Some(8_000)));
+    }
+}

@@ -32,6 +32,9 @@ use crate::rig::{Rig, source_commit};
 
 const DUE_RANDOM: &str = include_str!("../sql/due_random.sql");
 
+/// The backlog the draining takes move, as the agreement's burst does.
+const DRAINING: u32 = 20_000;
+
 /// Batch sizes of the drain calls.
 const ROWS: [u32; 6] = [1, 25, 50, 100, 200, 400];
 /// Payloads of the 200-row batches that separate the WAL's part from the rows'.
@@ -122,6 +125,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         wal_bps,
         flush_us: flush,
         small_write_us: small_write.p50,
+        cores: u32::try_from(rig.cores).unwrap_or(u32::MAX),
     };
     let (costs, fits) = fit(&measured, &drain, &push, &kv);
     let push_lock_hold_us = Spread::of_values(
@@ -152,6 +156,8 @@ struct Measured {
     wal_bps: f64,
     flush_us: f64,
     small_write_us: f64,
+    /// The rig's cores.
+    cores: u32,
 }
 
 /// The drain calls' samples: (probe, claim, fire, take).
@@ -160,6 +166,8 @@ struct DrainSamples {
     claim: Samples,
     fire: Samples,
     take: Samples,
+    /// Takes of a batch while a backlog of [`DRAINING`] due timers in one queue drains.
+    take_draining: Samples,
 }
 
 /// The KV sub-clocks' samples: (prune, rollup).
@@ -279,6 +287,7 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
         claim: Samples::default(),
         fire: Samples::default(),
         take: Samples::default(),
+        take_draining: Samples::default(),
     };
     let sizes = ROWS
         .iter()
@@ -315,6 +324,30 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
             }
             out.take.0.push(sample(rows, payload, us, wal));
         }
+    }
+    eprintln!("soak: calibrate: takes of 200 while {DRAINING} due timers drain");
+    due(db, DRAINING, PAYLOAD, "drain").await?;
+    loop {
+        let slot = admission.maintenance().await;
+        let request = TakeRequest {
+            shards: ShardOrder::starting_at(0),
+            max_rows: 200,
+            per_tenant: 200,
+            fair: None,
+            max_bytes: u64::MAX / 2,
+            row_overhead: ROW_OVERHEAD_BYTES,
+        };
+        let (taken, us, wal) = timed(db, async {
+            store
+                .take(&slot, &request)
+                .await
+                .map_err(sweeper_error("take"))
+        })
+        .await?;
+        if taken.timers() < 200 {
+            break;
+        }
+        out.take_draining.0.push(sample(200, PAYLOAD, us, wal));
     }
     Ok(out)
 }
@@ -596,6 +629,7 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         flush_us: m.flush_us.round() as u64,
         row_overhead_bytes: row_overhead as u64,
         claim_wal_bytes_per_row: claim_wal,
+        cores: m.cores,
     };
     let c = costs;
     let model_wal =
@@ -625,6 +659,13 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
             "take",
             "base + row × n + WAL(n × (payload + overhead)) + flush",
             &drain.take,
+            m.rtt,
+            |n, p| (c.take_base_us + c.take_row_us * n) as f64 + model_wal(n, p),
+        ),
+        fit_of(
+            "take, 20 000 draining",
+            "as the take",
+            &drain.take_draining,
             m.rtt,
             |n, p| (c.take_base_us + c.take_row_us * n) as f64 + model_wal(n, p),
         ),

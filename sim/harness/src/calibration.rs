@@ -24,10 +24,13 @@ pub struct Costs {
     /// A claim: fixed part and per leased row; its WAL is `claim_wal_bytes_per_row` a row.
     pub claim_base_us: Us,
     pub claim_row_us: Us,
-    /// A fire: fixed part and per row; its WAL is each row's payload plus `row_overhead_bytes`.
+    /// A fire: fixed part (finding and locking its rows) and per row (appending and deleting
+    /// them, under its partitions' locks); its WAL is each row's payload plus
+    /// `row_overhead_bytes`.
     pub fire_base_us: Us,
     pub fire_row_us: Us,
-    /// A take: fixed part and per row; its WAL as the fire's.
+    /// A take: fixed part (the pick) and per row (the append and the delete, under its
+    /// partitions' locks); its WAL as the fire's.
     pub take_base_us: Us,
     pub take_row_us: Us,
     /// The small calls, their commit included: a fail, a DLQ, a KV put, a rollup step, a
@@ -47,6 +50,9 @@ pub struct Costs {
     pub row_overhead_bytes: u64,
     /// WAL bytes a claim writes per row it leases (a new row version and its index entry).
     pub claim_wal_bytes_per_row: u64,
+    /// The server's cores: at most this many statements spend their time at once; the others
+    /// wait their turn (WAL writes and flushes are not CPU and do not take one).
+    pub cores: u32,
 }
 
 /// One call's fit: the model's formula against the medians measured at each size.

@@ -12,8 +12,10 @@
 //!   (`SKIP LOCKED`) while its committed version, expired, still counts as unpruned.
 //!
 //! Simplifications (each one checked not to matter for what the simulation claims):
-//! - statements cost simulated times measured on a rig ([`Costs`], from `soak calibrate`), not
-//!   CPU: two brokers' statements overlap freely, as if each had a core;
+//! - statements cost simulated times measured on a rig ([`Costs`], from `soak calibrate`), spent
+//!   on one of the rig's cores (at most `cores` at once); the brokers' own CPU is not modelled;
+//! - a take's and a fire's fixed cost comes before their partition locks and their per-row cost
+//!   (the append and the delete) under them: the split is assumed, not measured;
 //! - the WAL is one FIFO writer and one flusher with group commit; the flush has one cost
 //!   whatever it carries. The small calls (fail, DLQ, prune, rollup, KV put) fold their commit
 //!   into their own cost instead of waiting for the flusher;
@@ -51,6 +53,8 @@ pub struct Db {
     wal: tokio::sync::Mutex<()>,
     /// The WAL position the last flush made durable; held while a flush runs.
     flushed: tokio::sync::Mutex<u64>,
+    /// The server's cores: a statement spends its time holding one.
+    cores: tokio::sync::Semaphore,
     pub costs: Costs,
 }
 
@@ -68,6 +72,7 @@ impl Db {
             partition_locks: Mutex::new(BTreeMap::new()),
             wal: tokio::sync::Mutex::new(()),
             flushed: tokio::sync::Mutex::new(0),
+            cores: tokio::sync::Semaphore::new(costs.cores.max(1) as usize),
             costs,
         })
     }
@@ -83,6 +88,17 @@ impl Db {
             .entry(id)
             .or_default()
             .clone()
+    }
+
+    /// Spends `micros` of a statement's time on one of the server's cores, waiting (first come,
+    /// first served) while every core is busy.
+    pub(crate) async fn cpu(&self, micros: Us) {
+        let _core = self
+            .cores
+            .acquire()
+            .await
+            .expect("the cores are never closed");
+        sleep_us(micros).await;
     }
 
     /// Writes `bytes` through the one WAL and waits for their flush, as a commit does: waits
@@ -233,7 +249,7 @@ pub(crate) async fn sleep_us(micros: Us) {
 }
 
 async fn probe(db: &Db, probe: &ProbeRequest) -> Response {
-    sleep_us(db.costs.probe_us).await;
+    db.cpu(db.costs.probe_us).await;
     let shards = probe.shards.as_slice();
     Response::Probe(db.with(|t| ops::probe(t, shards, now_us(), probe.due_cap, probe.kv_cap)))
 }
@@ -268,7 +284,8 @@ async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&
         }
         (txn, picked, fair_next)
     });
-    sleep_us(c.claim_base_us + c.claim_row_us * picked.len() as Us).await;
+    db.cpu(c.claim_base_us + c.claim_row_us * picked.len() as Us)
+        .await;
     if !picked.is_empty() {
         // The claim rewrites each row it takes; its commit waits for the WAL like any
         // other, and keeps its row locks meanwhile.
@@ -287,7 +304,7 @@ async fn fail(
     transient: bool,
     max_attempts: u32,
 ) -> Response {
-    sleep_us(db.costs.small_call_us).await;
+    db.cpu(db.costs.small_call_us).await;
     Response::Failed(db.with(|t| {
         let txn = t.new_txn();
         ops::fail(t, txn, rows, message, transient, max_attempts, now_us())
@@ -295,7 +312,7 @@ async fn fail(
 }
 
 async fn dlq(db: &Db, rows: &[TimerRef]) -> Response {
-    sleep_us(db.costs.small_call_us).await;
+    db.cpu(db.costs.small_call_us).await;
     Response::Count(db.with(|t| {
         let txn = t.new_txn();
         ops::dlq(t, txn, rows)
@@ -305,12 +322,13 @@ async fn dlq(db: &Db, rows: &[TimerRef]) -> Response {
 async fn kv_expire(db: &Db, shards: &[u8], max_rows: u32) -> Response {
     let c = db.costs;
     let step = db.with(|t| ops::kv_expire_step(t, shards, now_us(), max_rows, UNPRUNED_CAP));
-    sleep_us(c.small_call_us + c.prune_row_us * step.deleted).await;
+    db.cpu(c.small_call_us + c.prune_row_us * step.deleted)
+        .await;
     Response::Expire(step)
 }
 
 async fn usage(db: &Db, after: Option<&str>, max_tenants: u32) -> Response {
-    sleep_us(db.costs.small_call_us).await;
+    db.cpu(db.costs.small_call_us).await;
     Response::Usage(db.with(|t| ops::usage_step(t, after, now_us(), max_tenants)))
 }
 
@@ -364,7 +382,7 @@ async fn kv_put(
     bytes: u64,
     open: &mut Option<OpenTxn>,
 ) -> Response {
-    sleep_us(db.costs.small_call_us).await;
+    db.cpu(db.costs.small_call_us).await;
     let txn = open.as_ref().map(|open| open.txn);
     let polls = APPLY_LOCK_WAIT.as_millis() as u32;
     for _ in 0..polls {
@@ -421,7 +439,7 @@ async fn apply(
         let outcome = db.with(|t| ops::apply(t, txn, tenant, timer_ops, now_us(), staged));
         match outcome {
             Ok(Ok(results)) => {
-                sleep_us(db.costs.small_call_us).await;
+                db.cpu(db.costs.small_call_us).await;
                 return Response::Applied(results);
             }
             Ok(Err(e)) => {
@@ -453,7 +471,7 @@ async fn push(
     let id = db.with(|t| t.partition_id(destination));
     let lock = db.partition_lock(id);
     let _partition = lock.lock().await;
-    sleep_us(db.costs.push_base_us).await;
+    db.cpu(db.costs.push_base_us).await;
     db.write_wal(u64::from(count) * (payload_bytes + db.costs.row_overhead_bytes))
         .await;
     let now = now_us();
@@ -493,8 +511,12 @@ async fn fire(db: &Db, host: &str, call: &FireCall) -> Response {
         .filter(|(_, l)| **l)
         .map(|(r, _)| r.len())
         .sum();
-    sleep_us(c.fire_base_us + c.fire_row_us * rows.iter().map(Vec::len).sum::<usize>() as Us).await;
+    // Finding and locking the rows, then appending and deleting them under the partitions'
+    // locks, which a push waits for.
+    db.cpu(c.fire_base_us).await;
     let guards = lock_partitions(db, call, &live).await;
+    db.cpu(c.fire_row_us * rows.iter().map(Vec::len).sum::<usize>() as Us)
+        .await;
     if live_rows > 0 {
         db.write_wal(fire_wal_bytes(db, call, &rows, &live)).await;
     }

@@ -1,6 +1,7 @@
 //! TAKE in the model, as `queen.log_timers_take_v1` does it: the claim's selection (the fairness
 //! round, the shard rounds, the per-tenant cap, skipping rows other transactions lock), cut at the
-//! byte cap, then the fire's partition locks in ascending id and the WAL, then one commit that
+//! byte cap (the take's fixed cost), then the fire's partition locks in ascending id, the append
+//! and the delete under them (its per-row cost), and the WAL, then one commit that
 //! appends every row into its partition and deletes it. No lease, no token: the row locks are the
 //! take's only hold, and they end with its transaction.
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use queen_sweeper::{Destination, TakeRequest, Taken, TakenDestination};
 
 use super::ops;
-use super::server::{Db, sleep_us};
+use super::server::Db;
 use super::state::{Tables, TimerKey, Us};
 use crate::time::now_us;
 use crate::wire::Response;
@@ -24,10 +25,11 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
     let (txn, picked, fair_next) = db.with(|t| lock(t, request, now));
     if picked.is_empty() {
         db.with(|t| t.release_locks(txn));
-        sleep_us(c.take_base_us).await;
+        db.cpu(c.take_base_us).await;
         return Response::Taken(Taken::default());
     }
-    sleep_us(c.take_base_us + c.take_row_us * picked.len() as Us).await;
+    // The pick; the append and the delete come under the partitions' locks.
+    db.cpu(c.take_base_us).await;
     let (mut ids, bytes) = db.with(|t| {
         let ids: Vec<u64> = destinations(t, &picked)
             .keys()
@@ -49,6 +51,7 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
     for id in ids {
         guards.push(db.partition_lock(id).lock_owned().await);
     }
+    db.cpu(c.take_row_us * picked.len() as Us).await;
     db.write_wal(bytes).await;
     let taken = db.with(|t| commit(t, txn, &picked, now, host, fair_next));
     drop(guards);
