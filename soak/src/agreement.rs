@@ -120,6 +120,10 @@ fn livelock(lease_ms: u64, take: u64, naive: bool) -> Workload {
         .with(knob::STATEMENT_TIMEOUT_MS, (lease_ms / 2).min(5_000))
         .with(knob::FIRE_TAKE, take);
     w.naive_claim_then_fire = naive;
+    // Scheduled on a connection of the soak's own (5 s statement timeout): through the brokers,
+    // a 1 000-timer call of 8 KiB ran past a 500 ms lease's 250 ms statement timeout and the
+    // burst was refused (2026-12-04).
+    w.schedule_without_wake = true;
     (w.tenants, w.queues, w.partitions) = (1, 1, 8);
     // 12 000 timers of 8 KiB on the first tick (400/s × 30 s), due 3 s later.
     w.timers_per_s = 400;
@@ -199,6 +203,12 @@ pub struct Side {
     pub stale_segments: u64,
     /// Probe, claim and take calls per second per broker during the load.
     pub polling_per_s_per_broker: f64,
+    /// From the earliest promised instant to the latest, ms: how "at once" a burst was due.
+    #[serde(default)]
+    pub due_width_ms: f64,
+    /// Schedule calls that failed (their timers are missing from every number).
+    #[serde(default)]
+    pub schedule_failures: u64,
     /// Timers fired in each second of the run, for the plot.
     pub fired_by_second: Vec<(f64, f64)>,
 }
@@ -219,6 +229,10 @@ impl Side {
             lateness_ms: r.lateness_ms,
             stale_segments: r.counters.stale_segments,
             polling_per_s_per_broker: round1(polling),
+            due_width_ms: r
+                .due_window_epoch_s
+                .map_or(0.0, |(a, b)| ((b - a) * 1000.0).round()),
+            schedule_failures: r.schedule_failures,
             fired_by_second: r
                 .series
                 .iter()
@@ -237,6 +251,13 @@ impl Side {
             })
         });
         let span_s = last.saturating_sub(first) as f64 / 1e6;
+        let (due_first, due_last, failures) = {
+            let log = outcome.log.lock().expect("not poisoned");
+            let (a, b) = log.scheduled.iter().fold((u64::MAX, 0), |(a, b), s| {
+                (a.min(s.deliver_at), b.max(s.deliver_at))
+            });
+            (a, b, log.schedule_failures)
+        };
         let load_s = spec.safety_ms / 1000;
         let load: Vec<_> = numbers
             .series
@@ -252,6 +273,8 @@ impl Side {
             lateness_ms: numbers.lateness_ms,
             stale_segments: numbers.stale_segments,
             polling_per_s_per_broker: round1(polling),
+            due_width_ms: (due_last.saturating_sub(due_first) as f64 / 1000.0).round(),
+            schedule_failures: failures,
             fired_by_second: numbers
                 .series
                 .iter()
@@ -495,11 +518,14 @@ pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
     md += &format!("**{within} of {rows} rows within tolerance.**\n\n");
     for c in &a.cases {
         md += &format!(
-            "## {}\n\n{}. Rig: {} fired; sim: {:?} fired by seed.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
+            "## {}\n\n{}. Rig: {} fired, due within {} ms, {} failed schedule call(s); sim: {:?} fired by seed, due within {:?} ms.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
             c.name,
             c.what,
             c.rig.fired,
-            c.sim.iter().map(|s| s.fired).collect::<Vec<_>>()
+            c.rig.due_width_ms,
+            c.rig.schedule_failures,
+            c.sim.iter().map(|s| s.fired).collect::<Vec<_>>(),
+            c.sim.iter().map(|s| s.due_width_ms).collect::<Vec<_>>()
         );
         for r in &c.rows {
             md += &format!(
@@ -507,7 +533,11 @@ pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
                 r.metric,
                 r.sim,
                 r.rig,
-                r.ratio,
+                if r.rig == 0.0 && r.sim != 0.0 {
+                    "n/a".to_owned()
+                } else {
+                    r.ratio.to_string()
+                },
                 r.tolerance * 100.0,
                 if r.within { "within" } else { "**outside**" }
             );
@@ -652,6 +682,8 @@ mod tests {
             lateness_ms: Spread::default(),
             stale_segments: stale,
             polling_per_s_per_broker: polling,
+            due_width_ms: 0.0,
+            schedule_failures: 0,
             fired_by_second: Vec::new(),
         }
     }

@@ -863,10 +863,6 @@ async fn schedule_load(
                 ops.len().max(1)
             };
             for (txns, ops) in txns.chunks(chunk).zip(ops.chunks(chunk)) {
-                let mut ops = ops.to_vec();
-                if w.burst_every_s.is_some() {
-                    aim_at(&mut ops, due_at);
-                }
                 let permit = Arc::clone(&in_flight)
                     .acquire_owned()
                     .await
@@ -875,7 +871,8 @@ async fn schedule_load(
                     tick,
                     tenant: tenant.clone(),
                     txns: txns.to_vec(),
-                    ops,
+                    ops: ops.to_vec(),
+                    aim: w.burst_every_s.map(|_| due_at),
                 };
                 let (sql, brokers, shared) = (sql.clone(), brokers.clone(), shared.clone());
                 calls.spawn(async move {
@@ -902,17 +899,23 @@ struct ScheduleCall {
     tenant: String,
     txns: Vec<String>,
     ops: Vec<TimerOp>,
+    /// A burst's instant: the ops are aimed at it when the call starts, not when it is queued
+    /// (a call that waited for a permit was otherwise due that much later).
+    aim: Option<std::time::Instant>,
 }
 
 impl ScheduleCall {
     /// Makes the call (by SQL, or through the broker whose turn the tick is) and records its
     /// promises, or its failure.
     async fn run(
-        self,
+        mut self,
         sql: Option<&queen_sweeper::PgStore>,
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
         shared: &Mutex<Shared>,
     ) {
+        if let Some(at) = self.aim {
+            aim_at(&mut self.ops, at);
+        }
         let answer = match sql {
             Some(store) => schedule_by_sql(store, &self.tenant, &self.ops).await,
             None => {
