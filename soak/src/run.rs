@@ -71,6 +71,11 @@ pub struct Workload {
     /// brokers only.
     #[serde(default)]
     pub naive_floor_after_empty_claim: bool,
+    /// Timer and push payloads of pseudo-random bytes, so the WAL carries every byte (as the
+    /// simulation charges it); otherwise a repeated character, which compresses to almost
+    /// nothing.
+    #[serde(default)]
+    pub incompressible_payloads: bool,
 }
 
 impl Workload {
@@ -105,6 +110,7 @@ impl Workload {
             hold_due_locked: 0,
             naive_claim_then_fire: false,
             naive_floor_after_empty_claim: false,
+            incompressible_payloads: false,
         }
     }
 
@@ -1033,7 +1039,7 @@ impl TimerStream {
                     queue: format!("q{}", sequence % u64::from(w.queues.max(1))),
                     timer_key: txn.clone(),
                     delay_ms: (w.timer_delay_ms.0 + (self.state >> 33) % span) as i64,
-                    payload: Payload::Bytes(vec![b'x'; w.payload_bytes as usize]),
+                    payload: Payload::Bytes(payload_bytes(w, w.payload_bytes, sequence)),
                     partition: Some(format!("p{}", sequence % u64::from(w.partitions.max(1)))),
                     txn: Some(txn),
                 }
@@ -1085,6 +1091,23 @@ async fn schedule_by_sql(
         .collect())
 }
 
+/// A payload of `len` bytes: a repeated character, or (with `incompressible_payloads`)
+/// xorshift bytes seeded by `seed`.
+fn payload_bytes(w: &Workload, len: u32, seed: u64) -> Vec<u8> {
+    if !w.incompressible_payloads {
+        return vec![b'x'; len as usize];
+    }
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
 /// One producer on its own connection, pushing batches at its rate, timing each push.
 async fn push_load(
     url: String,
@@ -1098,7 +1121,13 @@ async fn push_load(
     let pushes = w.seconds * u64::from(w.pushes_per_s_each);
     let gap = Duration::from_micros(1_000_000 / u64::from(w.pushes_per_s_each.max(1)));
     let payloads: Vec<Vec<u8>> = (0..w.push_batch)
-        .map(|_| vec![b'p'; w.push_payload_bytes as usize])
+        .map(|i| {
+            payload_bytes(
+                &w,
+                w.push_payload_bytes,
+                u64::from(index) << 32 | u64::from(i),
+            )
+        })
         .collect();
     let started = clock::monotonic_now();
     for n in 0..pushes {
