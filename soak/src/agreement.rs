@@ -16,7 +16,8 @@ use queen_sim::analysis;
 use queen_sim::calibration;
 use queen_sim::model::server::Costs;
 use queen_sim::model::state::Source;
-use queen_sim::world::{self, Burst, KvLoad, PushLoad, RunSpec, TimerLoad};
+use queen_sim::time::ORIGIN_US;
+use queen_sim::world::{self, Burst, Fault, FaultKind, KvLoad, PushLoad, RunSpec, TimerLoad};
 use queen_sweeper::knob;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,8 @@ pub const SEEDS: [u64; 3] = [1, 2, 3];
 /// The lease of the livelock cases, and the leases the naive drain is swept over.
 const LIVELOCK_LEASE_MS: u64 = 2_000;
 const LEASE_SWEEP_MS: [u64; 3] = [500, 2_000, 8_000];
+/// The lease of the crash cases: the killed broker's claims wait for it on the leased path.
+const CRASH_LEASE_MS: u64 = 4_000;
 
 /// One scenario: what it shows, and the load both sides run.
 #[derive(Debug, Clone)]
@@ -78,6 +81,13 @@ pub fn cases() -> Vec<Case> {
             name: format!("livelock-naive-{lease}ms"),
             what: "12 000 timers of 8 KiB (incompressible) due at one instant, 5 brokers, pushes: the naive drain",
             workload: livelock(lease, 0, true),
+        });
+    }
+    for (form, take) in [("take", 1), ("leased", 0)] {
+        out.push(Case {
+            name: format!("crash-{form}"),
+            what: "12 000 timers of 8 KiB (incompressible) due at one instant, 3 broker processes, 4 s lease; broker 1 is killed (SIGKILL) 0.5 s after the instant, mid-drain",
+            workload: crash(take),
         });
     }
     out
@@ -141,6 +151,22 @@ fn livelock(lease_ms: u64, take: u64, naive: bool) -> Workload {
     w
 }
 
+/// A broker killed in the middle of a burst's drain: its claims (leased path) wait for their
+/// lease, its open take (take path) rolls back when its connection drops.
+fn crash(take: u64) -> Workload {
+    let mut w = livelock(CRASH_LEASE_MS, take, false);
+    w.label = "agreement crash".into();
+    w.brokers = 3;
+    w.pushers = 0;
+    // A process, so that it can be killed; the burst is due 10.5 s after the first tick, and the
+    // sampler (whole seconds) kills broker 1 at 11 s: mid-drain on both sides (the drains took
+    // 0.9-2 s at 7e9c580). The simulation crashes broker-1 at the same offset.
+    w.timer_delay_ms = (10_500, 10_500);
+    w.broker_processes = true;
+    w.kill_one_at_s = Some(11);
+    w
+}
+
 /// The simulation's run of `w` on `seed` with `costs`.
 pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
     let mut s = RunSpec::new(seed, costs);
@@ -184,6 +210,14 @@ pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
             payload_bytes: u64::from(w.push_payload_bytes),
         });
     }
+    if let Some(kill_s) = w.kill_one_at_s {
+        // The rig's seconds count from its first tick; a burst's first tick is the sim's 1 s.
+        let first_tick_ms = if w.burst_every_s.is_some() { 1_000 } else { 0 };
+        s.faults.push(Fault {
+            at_ms: first_tick_ms + kill_s * 1000,
+            kind: FaultKind::Crash { broker: 1 },
+        });
+    }
     if w.kv_per_s > 0 {
         s.kv = Some(KvLoad {
             per_s: w.kv_per_s,
@@ -215,6 +249,61 @@ pub struct Side {
     pub schedule_failures: u64,
     /// Timers fired in each second of the run, for the plot.
     pub fired_by_second: Vec<(f64, f64)>,
+    /// What the kill cost, in a crash case.
+    #[serde(default)]
+    pub kill: Option<KillSide>,
+}
+
+/// What a broker's kill cost on one side: the timers due at or before it that fired after it
+/// (the killed broker's, and whatever was due and not yet fired by the others).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillSide {
+    /// The kill, ms after the earliest promised instant (where in the burst it landed).
+    pub after_due_ms: f64,
+    pub overdue: u64,
+    /// Their lateness (fire minus due), ms.
+    pub lateness_ms: Spread,
+    /// From the kill to the last of them firing, ms.
+    pub last_fired_after_ms: f64,
+}
+
+impl KillSide {
+    /// From the simulation: `at_us` is the crash on the database's clock.
+    fn of_sim(outcome: &world::RunOutcome, at_us: u64) -> KillSide {
+        let log = outcome.log.lock().expect("not poisoned");
+        let due: std::collections::HashMap<&str, u64> = log
+            .scheduled
+            .iter()
+            .map(|s| (s.txn.as_str(), s.deliver_at))
+            .collect();
+        let first_due = due.values().copied().min().unwrap_or(at_us);
+        let overdue: Vec<(u64, u64)> = outcome.db.with(|t| {
+            t.messages
+                .iter()
+                .filter(|m| m.source == Source::Fire && m.created_at > at_us)
+                .filter_map(|m| {
+                    let d = *due.get(m.txn.as_str())?;
+                    (d <= at_us).then_some((d, m.created_at))
+                })
+                .collect()
+        });
+        let last = overdue
+            .iter()
+            .map(|(_, fired)| *fired)
+            .max()
+            .unwrap_or(at_us);
+        KillSide {
+            after_due_ms: (at_us as f64 - first_due as f64) / 1000.0,
+            overdue: overdue.len() as u64,
+            lateness_ms: Spread::of_values(
+                overdue
+                    .iter()
+                    .map(|(d, fired)| (fired - d) as f64 / 1000.0)
+                    .collect(),
+            ),
+            last_fired_after_ms: ((last - at_us) as f64 / 1000.0).round(),
+        }
+    }
 }
 
 impl Side {
@@ -242,6 +331,14 @@ impl Side {
                 .iter()
                 .map(|s| (s.t_s as f64, s.fired_per_s))
                 .collect(),
+            kill: r.kill.as_ref().map(|k| KillSide {
+                after_due_ms: r.due_window_epoch_s.map_or(0.0, |(first, _)| {
+                    ((r.start_epoch_s + k.at_s - first) * 1000.0).round()
+                }),
+                overdue: k.overdue_at_kill,
+                lateness_ms: k.lateness_ms,
+                last_fired_after_ms: k.last_fired_after_kill_ms,
+            }),
         }
     }
 
@@ -284,6 +381,12 @@ impl Side {
                 .iter()
                 .map(|b| (b.start_s, b.fired as f64))
                 .collect(),
+            kill: spec.faults.iter().find_map(|f| match f.kind {
+                FaultKind::Crash { .. } => {
+                    Some(KillSide::of_sim(&outcome, ORIGIN_US + f.at_ms * 1000))
+                }
+                _ => None,
+            }),
         }
     }
 }
@@ -341,6 +444,26 @@ fn sim_median(sim: &[Side], f: impl Fn(&Side) -> f64) -> f64 {
 fn rows(name: &str, rig: &Side, sim: &[Side]) -> Vec<Row> {
     let mut rows = Vec::new();
     let m = |f: &dyn Fn(&Side) -> f64| (sim_median(sim, f), f(rig));
+    if name.starts_with("crash") {
+        let kill = |f: &dyn Fn(&KillSide) -> f64| {
+            let of = |x: &Side| x.kill.as_ref().map_or(0.0, f);
+            (sim_median(sim, of), of(rig))
+        };
+        let (s, r) = kill(&|k| k.overdue as f64);
+        rows.push(Row::new(
+            "timers due before the kill, fired after it",
+            s,
+            r,
+            0.5,
+        ));
+        let (s, r) = kill(&|k| k.lateness_ms.p50);
+        rows.push(Row::new("their lateness p50, ms", s, r, 0.25));
+        let (s, r) = kill(&|k| k.lateness_ms.p99);
+        rows.push(Row::new("their lateness p99, ms", s, r, 0.5));
+        let (s, r) = kill(&|k| k.last_fired_after_ms);
+        rows.push(Row::new("the last of them, ms after the kill", s, r, 0.5));
+        return rows;
+    }
     if !name.starts_with("spin") {
         let (s, r) = m(&|x| x.drain_per_s);
         if name != "steady" {
@@ -496,6 +619,27 @@ fn verdicts(cases: &[CaseResult]) -> (Vec<Verdict>, (Option<u64>, Option<u64>)) 
             rig: spins(&|c| c.rig.polling_per_s_per_broker),
         });
     }
+    let last_after_kill = |c: &CaseResult| {
+        let of = |x: &Side| x.kill.as_ref().map_or(0.0, |k| k.last_fired_after_ms);
+        (sim_median(&c.sim, of), of(&c.rig))
+    };
+    let lease = CRASH_LEASE_MS as f64;
+    if let Some(c) = find("crash-take") {
+        let (sim, rig) = last_after_kill(c);
+        out.push(Verdict {
+            expectation: "on the take path, a killed broker's timers fire before its lease would have run out".into(),
+            sim: sim < lease,
+            rig: rig < lease,
+        });
+    }
+    if let Some(c) = find("crash-leased") {
+        let (sim, rig) = last_after_kill(c);
+        out.push(Verdict {
+            expectation: "on the leased path, a killed broker's claims wait for their lease (the last fires at least half a lease after the kill)".into(),
+            sim: sim >= lease / 2.0,
+            rig: rig >= lease / 2.0,
+        });
+    }
     let edge = |side: &dyn Fn(&CaseResult) -> bool| {
         LEASE_SWEEP_MS
             .iter()
@@ -521,52 +665,7 @@ pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
     });
     md += &format!("**{within} of {rows} rows within tolerance.**\n\n");
     for c in &a.cases {
-        md += &format!(
-            "## {}\n\n{}. Rig: {} fired, due within {} ms, {} failed schedule call(s); sim: {:?} fired by seed, due within {:?} ms.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
-            c.name,
-            c.what,
-            c.rig.fired,
-            c.rig.due_width_ms,
-            c.rig.schedule_failures,
-            c.sim.iter().map(|s| s.fired).collect::<Vec<_>>(),
-            c.sim.iter().map(|s| s.due_width_ms).collect::<Vec<_>>()
-        );
-        for r in &c.rows {
-            md += &format!(
-                "| {} | {} | {} | {} | ±{:.0}% | {} |\n",
-                r.metric,
-                r.sim,
-                r.rig,
-                if r.rig == 0.0 && r.sim != 0.0 {
-                    "n/a".to_owned()
-                } else {
-                    r.ratio.to_string()
-                },
-                r.tolerance * 100.0,
-                if r.within { "within" } else { "**outside**" }
-            );
-        }
-        let plot = format!("{}-fired.svg", c.name);
-        LineChart {
-            title: &format!("{}: timers fired per second", c.name),
-            x_label: "seconds since the start of the run",
-            y_label: "timers fired per second",
-        }
-        .write_svg(
-            &dir.join(&plot),
-            &[
-                ("rig".into(), c.rig.fired_by_second.clone()),
-                (
-                    format!("sim, seed {}", SEEDS[0]),
-                    c.sim
-                        .first()
-                        .map(|s| s.fired_by_second.clone())
-                        .unwrap_or_default(),
-                ),
-            ],
-        )
-        .map_err(|e| Error::Message(format!("cannot draw {plot}: {e}")))?;
-        md += &format!("\n![{}]({plot})\n\n", c.name);
+        md += &case_section(dir, c)?;
     }
     md += "## Verdicts\n\n| expectation | sim | rig | same |\n|---|---|---|---|\n";
     for v in &a.verdicts {
@@ -596,6 +695,68 @@ pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
         if within_2 { "yes" } else { "**no**" }
     );
     crate::report::write_file(&dir.join("report.md"), &md)
+}
+
+/// One case's section of the report: what ran, its rows, its plot (written beside it).
+fn case_section(dir: &Path, c: &CaseResult) -> Result<String, Error> {
+    let mut md = String::new();
+    md += &format!(
+        "## {}\n\n{}. Rig: {} fired, due within {} ms, {} failed schedule call(s); sim: {:?} fired by seed, due within {:?} ms.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
+        c.name,
+        c.what,
+        c.rig.fired,
+        c.rig.due_width_ms,
+        c.rig.schedule_failures,
+        c.sim.iter().map(|s| s.fired).collect::<Vec<_>>(),
+        c.sim.iter().map(|s| s.due_width_ms).collect::<Vec<_>>()
+    );
+    if let Some(k) = &c.rig.kill {
+        md += &format!(
+            "The kill landed {} ms after the instant on the rig, {:?} ms in the sim.\n\n",
+            k.after_due_ms,
+            c.sim
+                .iter()
+                .map(|s| s.kill.as_ref().map_or(0.0, |k| k.after_due_ms))
+                .collect::<Vec<_>>()
+        );
+    }
+    for r in &c.rows {
+        md += &format!(
+            "| {} | {} | {} | {} | ±{:.0}% | {} |\n",
+            r.metric,
+            r.sim,
+            r.rig,
+            if r.rig == 0.0 && r.sim != 0.0 {
+                "n/a".to_owned()
+            } else {
+                r.ratio.to_string()
+            },
+            r.tolerance * 100.0,
+            if r.within { "within" } else { "**outside**" }
+        );
+    }
+    let plot = format!("{}-fired.svg", c.name);
+    LineChart {
+        title: &format!("{}: timers fired per second", c.name),
+        x_label: "seconds since the start of the run",
+        y_label: "timers fired per second",
+    }
+    .write_svg(
+        &dir.join(&plot),
+        &[
+            ("rig".into(), c.rig.fired_by_second.clone()),
+            (
+                format!("sim, seed {}", SEEDS[0]),
+                c.sim
+                    .first()
+                    .map(|s| s.fired_by_second.clone())
+                    .unwrap_or_default(),
+            ),
+        ],
+    )
+    .map_err(|e| Error::Message(format!("cannot draw {plot}: {e}")))?;
+    md += &format!("\n![{}]({plot})\n\n", c.name);
+    Ok(md)
 }
 
 /// `--check`: the simulation side again, on the built-in calibration, against the stored rig
@@ -664,6 +825,22 @@ mod tests {
             assert_eq!(timers, rig_timers, "{}", case.name);
             let pushes = s.pushes.as_ref().map_or(0, |p| p.pushers * p.per_s_each);
             assert_eq!(pushes, w.pushers * w.pushes_per_s_each, "{}", case.name);
+            let crashes = s
+                .faults
+                .iter()
+                .filter(|f| matches!(f.kind, FaultKind::Crash { broker: 1 }))
+                .count();
+            assert_eq!(
+                crashes,
+                usize::from(w.kill_one_at_s.is_some()),
+                "{}",
+                case.name
+            );
+            assert!(
+                !case.name.starts_with("crash") || w.broker_processes,
+                "{}: only a process can be killed",
+                case.name
+            );
         }
     }
 
@@ -689,6 +866,7 @@ mod tests {
             due_width_ms: 0.0,
             schedule_failures: 0,
             fired_by_second: Vec::new(),
+            kill: None,
         }
     }
 
@@ -715,17 +893,67 @@ mod tests {
             case("spin-band", side(0, 20.0), side(0, 10.0)),
         ];
         let (verdicts, edge) = verdicts(&cases);
-        let of = |text: &str| {
-            let v = verdicts
-                .iter()
-                .find(|v| v.expectation.contains(text))
-                .unwrap_or_else(|| panic!("no verdict on {text}"));
-            (v.sim, v.rig)
-        };
+        let of = |text: &str| verdict_on(&verdicts, text);
         assert_eq!(of("naive drain goes stale"), (true, false));
         assert_eq!(of("take drain"), (true, true));
         assert_eq!(of("leased drain"), (true, false));
         assert_eq!(of("twice as often"), (true, false));
         assert_eq!(edge, (Some(8_000), Some(2_000)));
+    }
+
+    /// (sim, rig) of the verdict whose expectation contains `text`.
+    fn verdict_on(verdicts: &[Verdict], text: &str) -> (bool, bool) {
+        let v = verdicts
+            .iter()
+            .find(|v| v.expectation.contains(text))
+            .unwrap_or_else(|| panic!("no verdict on {text}"));
+        (v.sim, v.rig)
+    }
+
+    fn killed(overdue: u64, p50: f64, last: f64) -> Side {
+        let mut s = side(0, 0.0);
+        s.kill = Some(KillSide {
+            after_due_ms: 1000.0,
+            overdue,
+            lateness_ms: Spread {
+                p50,
+                p99: 2.0 * p50,
+                ..Spread::default()
+            },
+            last_fired_after_ms: last,
+        });
+        s
+    }
+
+    #[test]
+    fn a_crash_case_compares_the_timers_the_kill_delayed_and_its_verdicts_read_the_last_fire() {
+        let rig = killed(200, 1000.0, 3_000.0);
+        let r = rows("crash-leased", &rig, &vec![killed(250, 1300.0, 4_400.0); 3]);
+        let named: Vec<(&str, bool)> = r.iter().map(|r| (r.metric.as_str(), r.within)).collect();
+        assert_eq!(
+            named,
+            [
+                ("timers due before the kill, fired after it", true),
+                ("their lateness p50, ms", false),
+                ("their lateness p99, ms", true),
+                ("the last of them, ms after the kill", true),
+            ]
+        );
+        let cases = vec![
+            case(
+                "crash-take",
+                killed(10, 5.0, 300.0),
+                killed(10, 5.0, 4_500.0),
+            ),
+            case(
+                "crash-leased",
+                killed(10, 5.0, 1_900.0),
+                killed(10, 5.0, 2_100.0),
+            ),
+        ];
+        let (verdicts, _) = verdicts(&cases);
+        let of = |text: &str| verdict_on(&verdicts, text);
+        assert_eq!(of("take path"), (false, true));
+        assert_eq!(of("leased path"), (true, false));
     }
 }
