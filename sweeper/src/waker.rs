@@ -103,7 +103,7 @@ impl Waker {
 
     fn encode(&self, at: Instant) -> u64 {
         let since = at.saturating_duration_since(self.inner.base).as_nanos();
-        u64::try_from(since).unwrap_or(NEVER - 1).min(NEVER - 1)
+        u64::try_from(since).unwrap_or(u64::MAX).min(NEVER - 1)
     }
 
     fn decode(&self, code: u64) -> Option<Instant> {
@@ -136,6 +136,27 @@ mod tests {
         let (wake, at) = sleeping.await.unwrap();
         assert_eq!(wake, Wake::Planned);
         assert_eq!(at - start, Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hint_past_the_encodable_range_saturates_and_is_still_a_promise() {
+        // Instants are nanoseconds in a u64 (about 584 years); later ones saturate one short of
+        // "never", so a real hint is never mistaken for no promise at all.
+        let start = tokio_now();
+        let waker = Waker::new(start);
+        let far = start + Duration::from_secs(600 * 365 * 24 * 3600);
+        assert!(waker.hint(far));
+        assert!(waker.promised().is_some_and(|at| at < far));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hint_for_the_promised_instant_itself_does_not_wake() {
+        let start = tokio_now();
+        let waker = Waker::new(start);
+        let at = start + Duration::from_secs(1);
+        assert!(waker.hint(at), "the first hint is a promise");
+        assert!(!waker.hint(at), "the same instant again is not earlier");
+        assert_eq!(waker.promised(), Some(at));
     }
 
     #[tokio::test(start_paused = true)]

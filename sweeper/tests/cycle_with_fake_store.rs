@@ -12,10 +12,10 @@ use queen_sweeper::{
     Admission, ClaimRequest, Claimed, ClaimedTimer, ClassLabel, Config, Destination, DrainLimits,
     DrainReport, DrainStop, Drainer, Error, ExpireStep, FailCause, FailOutcome, FailRequest,
     FailRow, FairRound, FireCall, LaneSizes, Maintenance, Metrics, PERMANENT_BACKOFF_MAX,
-    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ProbeRequest, ROLLUP_TENANTS_PER_STEP,
-    SHARD_COUNT, SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder,
-    SkipLabel, Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TakeRequest, Taken,
-    TakenDestination, TimerRef, UsageStep, identity_shard,
+    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ProbeRequest, ROLLUP_STEPS_PER_PASS,
+    ROLLUP_TENANTS_PER_STEP, SHARD_COUNT, SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome,
+    SegmentResult, ShardOrder, SkipLabel, Slot, Store, Sweeper, Switch, SwitchStates,
+    TRANSIENT_BACKOFF, TakeRequest, Taken, TakenDestination, TimerRef, UsageStep, identity_shard,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -2325,6 +2325,115 @@ async fn the_rollup_resumes_from_the_last_tenant_of_its_previous_step() {
     );
 }
 
+/// The usage steps the store was asked for.
+fn usage_calls(calls: &[Call]) -> usize {
+    calls
+        .iter()
+        .filter(|c| matches!(c, Call::Usage { .. }))
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_rollup_takes_its_step_budget_per_pass_resumes_before_its_gate_and_stops_for_good_on_class_42()
+ {
+    let fake = FakeStore::new();
+    fake.script().usage_default = UsageStep {
+        tenants: ROLLUP_TENANTS_PER_STEP,
+        zeroed: 0,
+        done: false,
+        last_tenant: Some("t-x".into()),
+    };
+    // The rollup's first gate is jittered to half its period: 30 s here.
+    let mut sweeper = sweeper(fake, &[("QUEEN_KV_USAGE_EVERY_MS", "60000")]);
+    tokio::time::advance(Duration::from_secs(30)).await;
+
+    let first = sweeper.pass().await;
+    assert_eq!(
+        first.subclocks.rollup_steps, ROLLUP_STEPS_PER_PASS,
+        "bounded per pass"
+    );
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let resumed = sweeper.pass().await;
+    assert_eq!(
+        resumed.subclocks.rollup_steps, ROLLUP_STEPS_PER_PASS,
+        "an unfinished rollup goes on without waiting for its gate"
+    );
+
+    sweeper
+        .store()
+        .script()
+        .usage_steps
+        .push_back(Err(Some("42501")));
+    let failed = sweeper.pass().await;
+    assert_eq!(failed.subclocks.rollup_steps, 1);
+    let after_42 = usage_calls(&sweeper.store().calls());
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(sweeper.pass().await.subclocks.rollup_steps, 0);
+    }
+    assert_eq!(
+        usage_calls(&sweeper.store().calls()),
+        after_42,
+        "off for good"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_rollup_waits_its_whole_period_for_the_next() {
+    let fake = FakeStore::new();
+    let mut sweeper = sweeper(fake, &[("QUEEN_KV_USAGE_EVERY_MS", "1000")]);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.rollup_steps,
+        1,
+        "done in one step"
+    );
+
+    tokio::time::advance(Duration::from_millis(900)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.rollup_steps,
+        0,
+        "900 ms later"
+    );
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.rollup_steps,
+        1,
+        "1 000 ms later"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_prune_keeps_its_cadence_whether_it_ran_or_had_nothing_to_do() {
+    // Idle: the probe saw nothing expired, so no call, and the gate moves on as if it ran.
+    let fake = FakeStore::new();
+    fake.script().probe_default = idle_with_expired(0);
+    let mut sweeper = sweeper(fake, &[]);
+    let idle = sweeper.pass().await;
+    assert!(idle.subclocks.prune_idle);
+    sweeper.store().script().probe_default = idle_with_expired(5);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.prune_calls,
+        0,
+        "the gate is closed"
+    );
+
+    // Ran: the next prune waits its period too.
+    tokio::time::advance(Duration::from_millis(1000)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.prune_calls,
+        1,
+        "the gate opened"
+    );
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        sweeper.pass().await.subclocks.prune_calls,
+        0,
+        "closed again"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Behaviour the code's documentation promises and the code does not keep (see each `ignore`).
 // ---------------------------------------------------------------------------------------------
@@ -2396,7 +2505,7 @@ async fn with_the_fire_switch_off_a_capped_backlog_does_not_stop_the_prune() {
 }
 
 #[tokio::test]
-async fn a_pass_whose_fires_failed_transiently_sleeps_longer_than_the_floor() {
+async fn a_pass_whose_fires_failed_transiently_sleeps_the_ceiling() {
     let fake = FakeStore::new();
     {
         let mut script = fake.script();
@@ -2409,9 +2518,29 @@ async fn a_pass_whose_fires_failed_transiently_sleeps_longer_than_the_floor() {
     let report = sweeper.pass().await;
 
     assert_eq!(report.drain.map(|d| d.transient_failures), Some(1));
-    assert!(
-        report.sleep > Duration::from_millis(5) && report.sleep <= Duration::from_millis(1000),
-        "slept {:?}: under failure the fire \"shrinks its batch and lengthens its sleep (bounded by the ceiling)\"",
-        report.sleep
-    );
+    // The database is struggling: the pass backs off to the ceiling (1 000 ms by default), not
+    // to the pressure's doubled floor.
+    assert_eq!(report.outcome, Outcome::NothingDue);
+    assert_eq!(report.sleep, Duration::from_millis(1000));
+}
+
+#[tokio::test]
+async fn a_pass_that_fired_and_then_found_nothing_to_claim_sleeps_the_floor_not_the_band() {
+    // Real work was done: the floor, so the next look comes soon. Only a pass whose first claim
+    // was empty (somebody else holds the work) sleeps the jittered band.
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(3);
+        script.pool.extend(batch("k", 3));
+    }
+    let mut sweeper = sweeper(fake, &[]);
+
+    let report = sweeper.pass().await;
+
+    let drain = report.drain.expect("the pass drained");
+    assert_eq!((drain.stop, drain.fired), (DrainStop::NothingToClaim, 3));
+    assert!(!drain.first_claim_empty());
+    assert_eq!(report.outcome, Outcome::WorkAvailable);
+    assert_eq!(report.sleep, Duration::from_millis(5));
 }
