@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use queen_harness::Spread;
-use queen_harness::calibration::{Calibration, Costs, Fit, FitPoint, fit_line};
+use queen_harness::calibration::{Calibration, Costs, Fit, FitPoint, ParallelDrain, fit_line};
 use queen_sweeper::{
     Admission, ClaimRequest, Config, KV_ALARM_CAP, LaneSizes, PgStore, ProbeRequest,
     ROLLUP_TENANTS_PER_STEP, ROW_OVERHEAD_BYTES, SegmentResult, ShardOrder, Store, TakeRequest,
@@ -34,6 +34,10 @@ const DUE_RANDOM: &str = include_str!("../sql/due_random.sql");
 
 /// The backlog the draining takes move, as the agreement's burst does.
 const DRAINING: u32 = 20_000;
+
+/// Connections of the parallel drains, and the repetitions of each.
+const PARALLEL: [u32; 4] = [1, 2, 3, 5];
+const PARALLEL_REPS: usize = 3;
 
 /// Batch sizes of the drain calls.
 const ROWS: [u32; 6] = [1, 25, 50, 100, 200, 400];
@@ -116,6 +120,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         wal_bps / 1024.0 / 1024.0
     );
     let drain = drain_samples(&db).await?;
+    let parallel = parallel_drains(&db).await?;
     let push = push_samples(&db).await?;
     let kv = kv_samples(&db).await?;
     db.drop_now().await?;
@@ -125,7 +130,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         wal_bps,
         flush_us: flush,
         small_write_us: small_write.p50,
-        cores: u32::try_from(rig.cores).unwrap_or(u32::MAX),
+        cores: effective_cores(&parallel, u32::try_from(rig.cores).unwrap_or(u32::MAX)),
     };
     let (costs, fits) = fit(&measured, &drain, &push, &kv);
     let push_lock_hold_us = Spread::of_values(
@@ -147,7 +152,88 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         small_write_us: small_write,
         push_lock_hold_us,
         wal_bytes_per_s_runs: wal_runs,
+        parallel_drain: parallel,
     })
+}
+
+/// The statements the server runs side by side, as the model's cores: the best parallel drain's
+/// speedup over one connection, rounded, at least 1 and at most the rig's cores. On this rig
+/// three brokers drained a burst no faster than one connection's takes (2026-12-04).
+fn effective_cores(parallel: &[ParallelDrain], rig_cores: u32) -> u32 {
+    let best = parallel.iter().map(|p| p.speedup).fold(1.0, f64::max);
+    (best.round() as u32).clamp(1, rig_cores.max(1))
+}
+
+/// A backlog of [`DRAINING`] due timers drained by takes of 200 on 1, 2, 3 and 5 connections at
+/// once (each from its own starting shard, as brokers do), [`PARALLEL_REPS`] times each.
+async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
+    let mut out: Vec<ParallelDrain> = Vec::new();
+    for connections in PARALLEL {
+        let mut rates = Vec::new();
+        for rep in 0..PARALLEL_REPS {
+            due(db, DRAINING, PAYLOAD, &format!("par{connections}r{rep}")).await?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(connections)
+                .connect(&db.url)
+                .await
+                .map_err(Error::db("cannot connect the parallel drain"))?;
+            let started = clock::monotonic_now();
+            let mut takers = tokio::task::JoinSet::new();
+            for i in 0..connections {
+                let store = PgStore::from_pool(pool.clone(), Duration::from_secs(60));
+                takers.spawn(async move { take_until_empty(&store, (i * 13 % 64) as u8).await });
+            }
+            let mut moved = 0;
+            while let Some(joined) = takers.join_next().await {
+                moved += joined.map_err(|e| Error::Message(format!("a taker panicked: {e}")))??;
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            pool.close().await;
+            if moved != u64::from(DRAINING) {
+                return Err(Error::Message(format!(
+                    "calibrate: the parallel drain moved {moved} of {DRAINING}"
+                )));
+            }
+            rates.push(moved as f64 / seconds.max(1e-6));
+        }
+        let timers_per_s = median(&rates).round();
+        let one = out.first().map_or(timers_per_s, |p| p.timers_per_s);
+        let speedup = (timers_per_s / one.max(1.0) * 100.0).round() / 100.0;
+        eprintln!(
+            "soak: calibrate: {DRAINING} due drained on {connections} connection(s): {timers_per_s:.0} timers/s ({speedup}× one)"
+        );
+        out.push(ParallelDrain {
+            connections,
+            timers_per_s,
+            speedup,
+        });
+    }
+    Ok(out)
+}
+
+/// Takes batches of 200 until a take comes back short; answers the timers moved.
+async fn take_until_empty(store: &PgStore, first_shard: u8) -> Result<u64, Error> {
+    let admission = Admission::new(LaneSizes::default());
+    let mut moved = 0;
+    loop {
+        let slot = admission.maintenance().await;
+        let request = TakeRequest {
+            shards: ShardOrder::starting_at(first_shard),
+            max_rows: 200,
+            per_tenant: 200,
+            fair: None,
+            max_bytes: u64::MAX / 2,
+            row_overhead: ROW_OVERHEAD_BYTES,
+        };
+        let taken = store
+            .take(&slot, &request)
+            .await
+            .map_err(sweeper_error("take"))?;
+        moved += taken.timers();
+        if taken.timers() < 200 {
+            return Ok(moved);
+        }
+    }
 }
 
 /// What every fit needs from the first measurements.
@@ -746,6 +832,19 @@ pub fn summary(c: &Calibration) -> String {
         k.prune_row_us,
         k.row_overhead_bytes
     );
+    if !c.parallel_drain.is_empty() {
+        out += &format!(
+            "{DRAINING} due timers drained by takes of 200 on several connections at once (the model's cores: {}):\n\n| connections | timers/s | over one |\n|---:|---:|---:|\n",
+            k.cores
+        );
+        for p in &c.parallel_drain {
+            out += &format!(
+                "| {} | {:.0} | {:.2}× |\n",
+                p.connections, p.timers_per_s, p.speedup
+            );
+        }
+        out += "\n";
+    }
     out += "| call | formula | n | payload B | measured µs: p50 (p90, max) | model µs | error | WAL B |\n|---|---|---:|---:|---|---:|---:|---:|\n";
     for fit in &c.fits {
         for p in &fit.points {

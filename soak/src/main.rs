@@ -91,6 +91,10 @@ enum Command {
         /// fail when a row that agreed there no longer does.
         #[arg(long, value_name = "DIR")]
         check: Option<PathBuf>,
+        /// No database: rerun the simulation side of the report in DIR at this commit and
+        /// rewrite it (the rig numbers stay as measured).
+        #[arg(long, value_name = "DIR", conflicts_with = "check")]
+        resim: Option<PathBuf>,
     },
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
@@ -111,22 +115,29 @@ fn main() -> ExitCode {
                 .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
                 .map_err(Error::Message),
         ),
-        Some(Command::Agreement { check: Some(dir) }) => {
-            Some(queen_soak::agreement::check(dir).and_then(|broken| {
-                if broken.is_empty() {
-                    Ok(vec![format!(
-                        "agreement: every row that agreed in {} still does",
-                        dir.display()
-                    )])
-                } else {
-                    Err(Error::Broken(format!(
-                        "rows that agreed in {} no longer do: {}",
-                        dir.display(),
-                        broken.join("; ")
-                    )))
-                }
-            }))
-        }
+        Some(Command::Agreement {
+            resim: Some(dir), ..
+        }) => Some(
+            queen_soak::agreement::resim(dir, &queen_soak::rig::source_commit())
+                .and_then(|a| queen_soak::agreement::write_report(dir, &a))
+                .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),
+        ),
+        Some(Command::Agreement {
+            check: Some(dir), ..
+        }) => Some(queen_soak::agreement::check(dir).and_then(|broken| {
+            if broken.is_empty() {
+                Ok(vec![format!(
+                    "agreement: every row that agreed in {} still does",
+                    dir.display()
+                )])
+            } else {
+                Err(Error::Broken(format!(
+                    "rows that agreed in {} no longer do: {}",
+                    dir.display(),
+                    broken.join("; ")
+                )))
+            }
+        })),
         Some(Command::Report { dir }) => Some(
             report::rebuild_existing(dir)
                 .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),

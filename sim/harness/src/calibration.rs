@@ -103,6 +103,21 @@ pub struct Calibration {
     pub push_lock_hold_us: Spread,
     /// WAL written by concurrent writers of large rows: bytes per second, one value per run.
     pub wal_bytes_per_s_runs: Vec<f64>,
+    /// A backlog drained by takes on 1, 2, 3 and 5 connections at once: how many statements the
+    /// server really runs side by side (`costs.cores` is taken from it). Empty in files written
+    /// before 2026-12-05.
+    #[serde(default)]
+    pub parallel_drain: Vec<ParallelDrain>,
+}
+
+/// One parallel drain: `connections` taking batches of 200 until the backlog is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ParallelDrain {
+    pub connections: u32,
+    /// Timers moved per second, median over the repetitions.
+    pub timers_per_s: f64,
+    /// Its speed over one connection's.
+    pub speedup: f64,
 }
 
 impl Calibration {
