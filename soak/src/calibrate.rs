@@ -130,9 +130,10 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         wal_bps,
         flush_us: flush,
         small_write_us: small_write.p50,
-        cores: effective_cores(&parallel, u32::try_from(rig.cores).unwrap_or(u32::MAX)),
+        cores: u32::try_from(rig.cores).unwrap_or(u32::MAX),
     };
-    let (costs, fits) = fit(&measured, &drain, &push, &kv);
+    let (mut costs, fits) = fit(&measured, &drain, &push, &kv);
+    costs.contention_permille = contention_permille(&parallel, measured.cores);
     let push_lock_hold_us = Spread::of_values(
         push.0
             .iter()
@@ -156,12 +157,23 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
     })
 }
 
-/// The statements the server runs side by side, as the model's cores: the best parallel drain's
-/// speedup over one connection, rounded, at least 1 and at most the rig's cores. On this rig
-/// three brokers drained a burst no faster than one connection's takes (2026-12-04).
-fn effective_cores(parallel: &[ParallelDrain], rig_cores: u32) -> u32 {
-    let best = parallel.iter().map(|p| p.speedup).fold(1.0, f64::max);
-    (best.round() as u32).clamp(1, rig_cores.max(1))
+/// The contention the parallel drains show, per mille: with n connections and c cores, a
+/// statement that takes t alone takes t × (1 + a × (n-1)), so n connections move min(n, c) /
+/// (1 + a × (n-1)) times one's rows. Each drain of 2 or more connections gives an a; the median
+/// is the model's. On this rig: 1.66× at 2, 1.41× at 3, 1.12× at 5 connections (2026-12-05).
+fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
+    let each: Vec<f64> = parallel
+        .iter()
+        .filter(|p| p.connections >= 2 && p.speedup > 0.0)
+        .map(|p| {
+            let ideal = f64::from(p.connections.min(cores.max(1)));
+            ((ideal / p.speedup - 1.0) / f64::from(p.connections - 1)).max(0.0)
+        })
+        .collect();
+    if each.is_empty() {
+        return 0;
+    }
+    (median(&each) * 1000.0).round() as u32
 }
 
 /// A backlog of [`DRAINING`] due timers drained by takes of 200 on 1, 2, 3 and 5 connections at
@@ -716,6 +728,7 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         row_overhead_bytes: row_overhead as u64,
         claim_wal_bytes_per_row: claim_wal,
         cores: m.cores,
+        contention_permille: 0,
     };
     let c = costs;
     let model_wal =
@@ -834,12 +847,15 @@ pub fn summary(c: &Calibration) -> String {
     );
     if !c.parallel_drain.is_empty() {
         out += &format!(
-            "{DRAINING} due timers drained by takes of 200 on several connections at once (the model's cores: {}):\n\n| connections | timers/s | over one |\n|---:|---:|---:|\n",
-            k.cores
+            "{DRAINING} due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰):\n\n| connections | timers/s | over one | model |\n|---:|---:|---:|---:|\n",
+            k.cores, k.contention_permille
         );
         for p in &c.parallel_drain {
+            let n = f64::from(p.connections);
+            let model = n.min(f64::from(k.cores.max(1)))
+                / (1.0 + f64::from(k.contention_permille) / 1000.0 * (n - 1.0));
             out += &format!(
-                "| {} | {:.0} | {:.2}× |\n",
+                "| {} | {:.0} | {:.2}× | {model:.2}× |\n",
                 p.connections, p.timers_per_s, p.speedup
             );
         }
@@ -864,4 +880,37 @@ pub fn summary(c: &Calibration) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(connections: u32, speedup: f64) -> ParallelDrain {
+        ParallelDrain {
+            connections,
+            timers_per_s: 1000.0 * speedup,
+            speedup,
+        }
+    }
+
+    #[test]
+    fn the_contention_is_the_median_stretch_that_explains_each_parallel_drain() {
+        // 2 cores, a = 0.2: 2 / 1.2, 2 / 1.4, 2 / 1.8.
+        let rig = [
+            drain(1, 1.0),
+            drain(2, 1.667),
+            drain(3, 1.429),
+            drain(5, 1.111),
+        ];
+        assert_eq!(contention_permille(&rig, 2), 200);
+        // Perfect scaling up to the cores and flat after: no contention.
+        let flat = [drain(1, 1.0), drain(2, 2.0), drain(4, 2.0)];
+        assert_eq!(contention_permille(&flat, 2), 0);
+        assert_eq!(
+            contention_permille(&[drain(1, 1.0)], 2),
+            0,
+            "nothing to fit"
+        );
+    }
 }

@@ -53,6 +53,12 @@ pub struct Costs {
     /// The server's cores: at most this many statements spend their time at once; the others
     /// wait their turn (WAL writes and flushes are not CPU and do not take one).
     pub cores: u32,
+    /// What each other statement wanting the CPU adds to a statement's time, per mille: with
+    /// n statements on or waiting for the cores, each takes `1 + n-1 × this / 1000` times its
+    /// cost. Fitted from the parallel drains (on this rig 2 connections drained 1.66× as fast as
+    /// one, 3 only 1.41× and 5 1.12×); 0 in files written before 2026-12-05.
+    #[serde(default)]
+    pub contention_permille: u32,
 }
 
 /// One call's fit: the model's formula against the medians measured at each size.

@@ -55,7 +55,25 @@ pub struct Db {
     flushed: tokio::sync::Mutex<u64>,
     /// The server's cores: a statement spends its time holding one.
     cores: tokio::sync::Semaphore,
+    /// Statements on or waiting for a core now (they stretch each other's time).
+    cpu_demand: std::sync::atomic::AtomicU64,
     pub costs: Costs,
+}
+
+/// One statement counted in the CPU demand while it lives (also when its task is dropped).
+struct Demand<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Demand<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicU64) -> Demand<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Demand(count)
+    }
+}
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Polls for a row that is ours but locked this instant: 1+2+4+8+16+32 ms, as the SQL does.
@@ -73,6 +91,7 @@ impl Db {
             wal: tokio::sync::Mutex::new(()),
             flushed: tokio::sync::Mutex::new(0),
             cores: tokio::sync::Semaphore::new(costs.cores.max(1) as usize),
+            cpu_demand: std::sync::atomic::AtomicU64::new(0),
             costs,
         })
     }
@@ -91,14 +110,22 @@ impl Db {
     }
 
     /// Spends `micros` of a statement's time on one of the server's cores, waiting (first come,
-    /// first served) while every core is busy.
+    /// first served) while every core is busy. The time stretches with the other statements
+    /// wanting the CPU when the core is granted (`costs.contention_permille` each): the rig's
+    /// throughput falls past its core count, where a plain semaphore would keep it flat.
     pub(crate) async fn cpu(&self, micros: Us) {
+        let _demand = Demand::enter(&self.cpu_demand);
         let _core = self
             .cores
             .acquire()
             .await
             .expect("the cores are never closed");
-        sleep_us(micros).await;
+        let others = self
+            .cpu_demand
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .saturating_sub(1);
+        let stretch = 1000 + others * u64::from(self.costs.contention_permille);
+        sleep_us(micros.saturating_mul(stretch) / 1000).await;
     }
 
     /// Writes `bytes` through the one WAL and waits for their flush, as a commit does: waits
