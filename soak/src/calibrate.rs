@@ -37,6 +37,10 @@ const DRAINING: u32 = 20_000;
 
 /// Connections of the parallel drains, and the repetitions of each.
 const PARALLEL: [u32; 4] = [1, 2, 3, 5];
+/// The parallel drains' payloads and backlogs: the model's contention is fitted on the small
+/// rows; the 8 KiB drains show what large rows add (the agreement's livelock drained 8 KiB rows
+/// on 5 brokers at 0.57x one connection's take rate; 2026-12-05, commit 6df6cd1).
+const PARALLEL_LOADS: [(u32, u32); 2] = [(PAYLOAD, DRAINING), (8_192, 6_000)];
 const PARALLEL_REPS: usize = 3;
 
 /// Batch sizes of the drain calls.
@@ -164,7 +168,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
 fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
     let each: Vec<f64> = parallel
         .iter()
-        .filter(|p| p.connections >= 2 && p.speedup > 0.0)
+        .filter(|p| p.connections >= 2 && p.speedup > 0.0 && p.payload_bytes == PAYLOAD)
         .map(|p| {
             let ideal = f64::from(p.connections.min(cores.max(1)));
             ((ideal / p.speedup - 1.0) / f64::from(p.connections - 1)).max(0.0)
@@ -180,47 +184,63 @@ fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
 /// once (each from its own starting shard, as brokers do), [`PARALLEL_REPS`] times each.
 async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
     let mut out: Vec<ParallelDrain> = Vec::new();
-    for connections in PARALLEL {
-        let mut rates = Vec::new();
-        for rep in 0..PARALLEL_REPS {
-            due(db, DRAINING, PAYLOAD, &format!("par{connections}r{rep}")).await?;
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(connections)
-                .connect(&db.url)
-                .await
-                .map_err(Error::db("cannot connect the parallel drain"))?;
-            let started = clock::monotonic_now();
-            let mut takers = tokio::task::JoinSet::new();
-            for i in 0..connections {
-                let store = PgStore::from_pool(pool.clone(), Duration::from_secs(60));
-                takers.spawn(async move { take_until_empty(&store, (i * 13 % 64) as u8).await });
+    for (payload, backlog) in PARALLEL_LOADS {
+        let mut one = None;
+        for connections in PARALLEL {
+            let mut rates = Vec::new();
+            for rep in 0..PARALLEL_REPS {
+                let prefix = format!("par{connections}p{payload}r{rep}");
+                rates.push(parallel_drain(db, connections, (payload, backlog), &prefix).await?);
             }
-            let mut moved = 0;
-            while let Some(joined) = takers.join_next().await {
-                moved += joined.map_err(|e| Error::Message(format!("a taker panicked: {e}")))??;
-            }
-            let seconds = started.elapsed().as_secs_f64();
-            pool.close().await;
-            if moved != u64::from(DRAINING) {
-                return Err(Error::Message(format!(
-                    "calibrate: the parallel drain moved {moved} of {DRAINING}"
-                )));
-            }
-            rates.push(moved as f64 / seconds.max(1e-6));
+            let timers_per_s = median(&rates).round();
+            let base = *one.get_or_insert(timers_per_s);
+            let speedup = (timers_per_s / f64::max(base, 1.0) * 100.0).round() / 100.0;
+            eprintln!(
+                "soak: calibrate: {backlog} due of {payload} B drained on {connections} connection(s): {timers_per_s:.0} timers/s ({speedup}× one)"
+            );
+            out.push(ParallelDrain {
+                connections,
+                payload_bytes: payload,
+                timers_per_s,
+                speedup,
+            });
         }
-        let timers_per_s = median(&rates).round();
-        let one = out.first().map_or(timers_per_s, |p| p.timers_per_s);
-        let speedup = (timers_per_s / one.max(1.0) * 100.0).round() / 100.0;
-        eprintln!(
-            "soak: calibrate: {DRAINING} due drained on {connections} connection(s): {timers_per_s:.0} timers/s ({speedup}× one)"
-        );
-        out.push(ParallelDrain {
-            connections,
-            timers_per_s,
-            speedup,
-        });
     }
     Ok(out)
+}
+
+/// One drain of `backlog` due timers of `payload` bytes by `connections` takers at once, each
+/// from its own starting shard as brokers are; answers timers per second.
+async fn parallel_drain(
+    db: &RunDb,
+    connections: u32,
+    (payload, backlog): (u32, u32),
+    prefix: &str,
+) -> Result<f64, Error> {
+    due(db, backlog, payload, prefix).await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .connect(&db.url)
+        .await
+        .map_err(Error::db("cannot connect the parallel drain"))?;
+    let started = clock::monotonic_now();
+    let mut takers = tokio::task::JoinSet::new();
+    for i in 0..connections {
+        let store = PgStore::from_pool(pool.clone(), Duration::from_secs(60));
+        takers.spawn(async move { take_until_empty(&store, (i * 13 % 64) as u8).await });
+    }
+    let mut moved = 0;
+    while let Some(joined) = takers.join_next().await {
+        moved += joined.map_err(|e| Error::Message(format!("a taker panicked: {e}")))??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    pool.close().await;
+    if moved != u64::from(backlog) {
+        return Err(Error::Message(format!(
+            "calibrate: the parallel drain moved {moved} of {backlog}"
+        )));
+    }
+    Ok(moved as f64 / seconds.max(1e-6))
 }
 
 /// Takes batches of 200 until a take comes back short; answers the timers moved.
@@ -847,7 +867,7 @@ pub fn summary(c: &Calibration) -> String {
     );
     if !c.parallel_drain.is_empty() {
         out += &format!(
-            "{DRAINING} due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰):\n\n| connections | timers/s | over one | model |\n|---:|---:|---:|---:|\n",
+            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains):\n\n| payload B | connections | timers/s | over one | model |\n|---:|---:|---:|---:|---:|\n",
             k.cores, k.contention_permille
         );
         for p in &c.parallel_drain {
@@ -855,8 +875,8 @@ pub fn summary(c: &Calibration) -> String {
             let model = n.min(f64::from(k.cores.max(1)))
                 / (1.0 + f64::from(k.contention_permille) / 1000.0 * (n - 1.0));
             out += &format!(
-                "| {} | {:.0} | {:.2}× | {model:.2}× |\n",
-                p.connections, p.timers_per_s, p.speedup
+                "| {} | {} | {:.0} | {:.2}× | {model:.2}× |\n",
+                p.payload_bytes, p.connections, p.timers_per_s, p.speedup
             );
         }
         out += "\n";
@@ -889,6 +909,7 @@ mod tests {
     fn drain(connections: u32, speedup: f64) -> ParallelDrain {
         ParallelDrain {
             connections,
+            payload_bytes: PAYLOAD,
             timers_per_s: 1000.0 * speedup,
             speedup,
         }

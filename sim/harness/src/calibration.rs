@@ -116,10 +116,17 @@ pub struct Calibration {
     pub parallel_drain: Vec<ParallelDrain>,
 }
 
+fn default_parallel_payload() -> u32 {
+    512
+}
+
 /// One parallel drain: `connections` taking batches of 200 until the backlog is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ParallelDrain {
     pub connections: u32,
+    /// The timers' payload, bytes (512 in files written before the 8 KiB drains were added).
+    #[serde(default = "default_parallel_payload")]
+    pub payload_bytes: u32,
     /// Timers moved per second, median over the repetitions.
     pub timers_per_s: f64,
     /// Its speed over one connection's.
