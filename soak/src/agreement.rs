@@ -33,9 +33,11 @@ const LEASE_SWEEP_MS: [u64; 3] = [500, 2_000, 8_000];
 const CRASH_LEASE_MS: u64 = 4_000;
 /// Each simulated seed crashes its broker this much later than the one before. A crash's cost
 /// depends on where in its claim-fire cycle (about 60 ms here) the broker is: crashed at the
-/// rig's offset, the simulated broker had sent both fires of its last claim and stranded
-/// nothing; 34 ms later it held a claimed batch, whose last timer fired 4.0 s after the kill
-/// as on the rig (2026-12-05, commit 6df6cd1). Seeds 1-3 crash 0, 20 and 40 ms in.
+/// rig's offset and 20 ms later, the simulated broker had sent both fires of its last claim
+/// and stranded nothing (the last overdue timer fired 822 and 801 ms after the crash); 40 ms
+/// later it held a claimed batch, whose last timer fired 4 007 ms after it, as the rig's did
+/// 4 031 ms after its kill (reports/agreement/2026-12-05-2c-24g-pg15, rig at 6df6cd1, sim at
+/// 7f4c41b). Seeds 1-3 crash 0, 20 and 40 ms in.
 const CRASH_PHASE_STEP_MS: u64 = 20;
 
 /// One scenario: what it shows, and the load both sides run.
@@ -923,6 +925,37 @@ mod tests {
         let at = |seed| spec(&w, seed, costs).faults[0].at_ms;
         assert_eq!(at(1), 1_000 + 11_000);
         assert_eq!((at(2) - at(1), at(3) - at(1)), (20, 40));
+    }
+
+    #[test]
+    fn resim_refuses_a_case_whose_workload_is_no_longer_the_one_measured() {
+        let dir = std::env::temp_dir().join(format!("queen-resim-{}", std::process::id()));
+        let mut workload = steady();
+        workload.timers_per_s += 1;
+        let stored = Agreement {
+            measured_on: "2026-12-05".into(),
+            commit: "abc1234".into(),
+            rig: "rig".into(),
+            calibration: "cal".into(),
+            sim_commit: None,
+            cases: vec![CaseResult {
+                name: "steady".into(),
+                what: "steady".into(),
+                workload,
+                rig: side(0, 0.0),
+                sim: Vec::new(),
+                rows: Vec::new(),
+            }],
+            verdicts: Vec::new(),
+            naive_clean_lease_ms: (None, None),
+        };
+        crate::report::write_json(&dir, "agreement.json", &stored).expect("written");
+        let refused = resim(&dir, "def5678").expect_err("a changed workload is refused");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            refused.to_string().contains("runs another workload now"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -39,7 +39,8 @@ const DRAINING: u32 = 20_000;
 const PARALLEL: [u32; 4] = [1, 2, 3, 5];
 /// The parallel drains' payloads and backlogs: the model's contention is fitted on the small
 /// rows; the 8 KiB drains show what large rows add (the agreement's livelock drained 8 KiB rows
-/// on 5 brokers at 0.57x one connection's take rate; 2026-12-05, commit 6df6cd1).
+/// on 5 brokers at 8 309/s, 0.57x the 14 570/s that one connection's 13.7 ms per 200 implies:
+/// reports/agreement/2026-12-05-2c-24g-pg15 and sim/calibration/2026-12-04-2c-24g-pg15.json).
 const PARALLEL_LOADS: [(u32, u32); 2] = [(PAYLOAD, DRAINING), (8_192, 6_000)];
 const PARALLEL_REPS: usize = 3;
 
@@ -164,7 +165,8 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
 /// The contention the parallel drains show, per mille: with n connections and c cores, a
 /// statement that takes t alone takes t × (1 + a × (n-1)), so n connections move min(n, c) /
 /// (1 + a × (n-1)) times one's rows. Each drain of 2 or more connections gives an a; the median
-/// is the model's. On this rig: 1.66× at 2, 1.41× at 3, 1.12× at 5 connections (2026-12-05).
+/// is the model's. On this rig: 1.43× at 2, 1.24× at 3, 1.06× at 5 connections, a = 0.30
+/// (sim/calibration/2026-12-05-2c-24g-pg15.json, measured at 48b79a3).
 fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
     let each: Vec<f64> = parallel
         .iter()

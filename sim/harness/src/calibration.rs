@@ -55,8 +55,9 @@ pub struct Costs {
     pub cores: u32,
     /// What each other statement wanting the CPU adds to a statement's time, per mille: with
     /// n statements on or waiting for the cores, each takes `1 + n-1 × this / 1000` times its
-    /// cost. Fitted from the parallel drains (on this rig 2 connections drained 1.66× as fast as
-    /// one, 3 only 1.41× and 5 1.12×); 0 in files written before 2026-12-05.
+    /// cost. Fitted from the parallel drains (in sim/calibration/2026-12-05-2c-24g-pg15.json, 2
+    /// connections drained 1.43× as fast as one, 3 only 1.24× and 5 1.06×: 300); 0 in files
+    /// written before 2026-12-05.
     #[serde(default)]
     pub contention_permille: u32,
 }
@@ -109,9 +110,9 @@ pub struct Calibration {
     pub push_lock_hold_us: Spread,
     /// WAL written by concurrent writers of large rows: bytes per second, one value per run.
     pub wal_bytes_per_s_runs: Vec<f64>,
-    /// A backlog drained by takes on 1, 2, 3 and 5 connections at once: how many statements the
-    /// server really runs side by side (`costs.cores` is taken from it). Empty in files written
-    /// before 2026-12-05.
+    /// A backlog drained by takes on 1, 2, 3 and 5 connections at once: what statements side by
+    /// side cost each other (`costs.contention_permille` is fitted on it). Empty in files
+    /// written before 2026-12-05.
     #[serde(default)]
     pub parallel_drain: Vec<ParallelDrain>,
 }

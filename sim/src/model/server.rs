@@ -659,3 +659,49 @@ fn commit_fire(
     }
     outcomes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db(cores: u32, contention_permille: u32) -> Arc<Db> {
+        Db::new(Costs {
+            cores,
+            contention_permille,
+            ..crate::calibration::builtin().costs
+        })
+    }
+
+    /// Simulated µs each of `n` statements of 10 ms, started together, took (whole
+    /// milliseconds: tokio's timer, like the simulation's 1 ms tick, rounds a sleep up to one).
+    async fn together(db: &Arc<Db>, n: usize) -> Vec<u128> {
+        let start = queen_sweeper::clock::tokio_now();
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    db.cpu(10_000).await;
+                    start.elapsed().as_micros()
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for task in tasks {
+            out.push(task.await.expect("no panic"));
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_statement_is_stretched_by_the_others_wanting_a_core_when_it_gets_one() {
+        let db = db(2, 500);
+        assert_eq!(together(&db, 1).await, [10_000]);
+        // The first is granted a core alone; the second sees it: 1.5×.
+        assert_eq!(together(&db, 2).await, [10_000, 15_000]);
+        // The third waits for the first's core and then sees the second: 1.5×, from 10 ms.
+        assert_eq!(together(&db, 3).await, [10_000, 15_000, 25_000]);
+        // Without contention, the cores alone: two side by side, the third after the first.
+        assert_eq!(together(&self::db(2, 0), 3).await, [10_000, 10_000, 20_000]);
+        assert_eq!(db.cpu_demand.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}
