@@ -927,11 +927,9 @@ mod tests {
         assert_eq!((at(2) - at(1), at(3) - at(1)), (20, 40));
     }
 
-    #[test]
-    fn resim_refuses_a_case_whose_workload_is_no_longer_the_one_measured() {
-        let dir = std::env::temp_dir().join(format!("queen-resim-{}", std::process::id()));
-        let mut workload = steady();
-        workload.timers_per_s += 1;
+    /// What `resim` answers for a report holding one case, `name`, measured with `workload`.
+    fn resim_of(name: &str, workload: Workload) -> Result<Agreement, Error> {
+        let dir = std::env::temp_dir().join(format!("queen-resim-{}-{name}", std::process::id()));
         let stored = Agreement {
             measured_on: "2026-12-05".into(),
             commit: "abc1234".into(),
@@ -939,8 +937,8 @@ mod tests {
             calibration: "cal".into(),
             sim_commit: None,
             cases: vec![CaseResult {
-                name: "steady".into(),
-                what: "steady".into(),
+                name: name.into(),
+                what: name.into(),
                 workload,
                 rig: side(0, 0.0),
                 sim: Vec::new(),
@@ -950,12 +948,65 @@ mod tests {
             naive_clean_lease_ms: (None, None),
         };
         crate::report::write_json(&dir, "agreement.json", &stored).expect("written");
-        let refused = resim(&dir, "def5678").expect_err("a changed workload is refused");
+        let answer = resim(&dir, "def5678");
         let _ = std::fs::remove_dir_all(&dir);
+        answer
+    }
+
+    #[test]
+    fn resim_refuses_a_case_whose_workload_is_no_longer_the_one_measured() {
+        let mut workload = steady();
+        workload.timers_per_s += 1;
+        let refused = resim_of("steady", workload).expect_err("a changed workload is refused");
         assert!(
             refused.to_string().contains("runs another workload now"),
             "{refused}"
         );
+        let refused = resim_of("gone", steady()).expect_err("an unknown case is refused");
+        assert!(
+            refused.to_string().contains("no longer exists"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn verdicts_are_strict_at_their_edges() {
+        let lease = CRASH_LEASE_MS as f64;
+        let cases = vec![
+            case("spin-floor", side(0, 40.0), side(0, 41.0)),
+            case("spin-band", side(0, 20.0), side(0, 20.0)),
+            case(
+                "crash-take",
+                killed(1, 1.0, lease - 1.0),
+                killed(1, 1.0, lease),
+            ),
+            case(
+                "crash-leased",
+                killed(1, 1.0, lease / 2.0 - 1.0),
+                killed(1, 1.0, lease / 2.0),
+            ),
+        ];
+        let (verdicts, _) = verdicts(&cases);
+        let of = |text: &str| verdict_on(&verdicts, text);
+        assert_eq!(
+            of("twice as often"),
+            (true, false),
+            "exactly twice is not more"
+        );
+        assert_eq!(
+            of("take path"),
+            (false, true),
+            "at the lease is not before it"
+        );
+        assert_eq!(of("leased path"), (true, false), "half a lease counts");
+        // The other side at the lease.
+        let cases = vec![case(
+            "crash-take",
+            killed(1, 1.0, lease),
+            killed(1, 1.0, lease - 1.0),
+        )];
+        let (other_side, _) = super::verdicts(&cases);
+        assert_eq!(verdict_on(&other_side, "take path"), (true, false));
     }
 
     #[test]

@@ -936,4 +936,18 @@ mod tests {
             "nothing to fit"
         );
     }
+
+    #[test]
+    fn only_the_small_rows_drains_of_two_or_more_connections_that_moved_rows_are_fitted() {
+        let big = |connections, speedup| ParallelDrain {
+            payload_bytes: 8_192,
+            ..drain(connections, speedup)
+        };
+        let one_point = [drain(1, 1.0), drain(2, 1.667)];
+        assert_eq!(contention_permille(&one_point, 2), 200);
+        let with_big_rows = [drain(2, 1.667), big(3, 0.5), big(5, 0.5)];
+        assert_eq!(contention_permille(&with_big_rows, 2), 200);
+        let with_failed = [drain(2, 1.667), drain(3, 0.0), drain(5, 0.0)];
+        assert_eq!(contention_permille(&with_failed, 2), 200);
+    }
 }
