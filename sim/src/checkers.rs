@@ -226,7 +226,7 @@ mod tests {
 
     /// A finished run with one timer due at +1 s, fired as `fires` says.
     fn outcome(fires: &[Us]) -> RunOutcome {
-        let db = Db::new(crate::calibration::builtin().costs);
+        let db = Db::new(crate::calibration::builtin().costs, 1);
         let destination = Destination {
             tenant: "t".into(),
             queue: "q".into(),

@@ -198,7 +198,7 @@ fn broker_name(i: u32) -> String {
 pub fn run(spec: &RunSpec) -> RunOutcome {
     let wall_start = clock::monotonic_now();
     let total = Duration::from_millis(spec.safety_ms + spec.liveness_ms);
-    let db = Db::new(spec.costs);
+    let db = Db::new(spec.costs, spec.seed);
     let log = Arc::new(Mutex::new(LoadLog::default()));
     let mut sim = turmoil::Builder::new()
         .rng_seed(spec.seed)

@@ -22,7 +22,7 @@ use queen_sweeper::knob;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::run::{Run, RunResult, Workload};
+use crate::run::{CpuSplit, Run, RunResult, Workload};
 
 /// Seeds of the simulation side; each metric's simulated value is their median.
 pub const SEEDS: [u64; 3] = [1, 2, 3];
@@ -176,7 +176,12 @@ fn crash(take: u64) -> Workload {
 }
 
 /// The simulation's run of `w` on `seed` with `costs`.
-pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
+///
+/// `rig_kill_after_due_ms`: where in the burst the rig's kill landed. The simulation kills at
+/// the same offset (plus its seed's phase), so a crash case compares one instant, not the rig's
+/// scheduling delay: the rig's 11 s kill landed 333 ms after a burst the sim had due at 500 ms
+/// (report at 6df6cd1), and the sim counted fewer overdue timers for its later kill.
+pub fn spec(w: &Workload, seed: u64, costs: Costs, rig_kill_after_due_ms: Option<f64>) -> RunSpec {
     let mut s = RunSpec::new(seed, costs);
     s.brokers = w.brokers;
     s.safety_ms = w.seconds * 1000;
@@ -222,8 +227,15 @@ pub fn spec(w: &Workload, seed: u64, costs: Costs) -> RunSpec {
         // The rig's seconds count from its first tick; a burst's first tick is the sim's 1 s.
         let first_tick_ms = if w.burst_every_s.is_some() { 1_000 } else { 0 };
         let phase_ms = (seed.saturating_sub(1) % 3) * CRASH_PHASE_STEP_MS;
+        let nominal_ms = first_tick_ms + kill_s * 1000;
+        let at_ms = match (rig_kill_after_due_ms, s.bursts.first()) {
+            (Some(after), Some(burst)) => {
+                burst.at_ms + burst.delay_ms + after.max(0.0).round() as u64
+            }
+            _ => nominal_ms,
+        };
         s.faults.push(Fault {
-            at_ms: first_tick_ms + kill_s * 1000 + phase_ms,
+            at_ms: at_ms + phase_ms,
             kind: FaultKind::Crash { broker: 1 },
         });
     }
@@ -261,6 +273,10 @@ pub struct Side {
     /// What the kill cost, in a crash case.
     #[serde(default)]
     pub kill: Option<KillSide>,
+    /// The rig's cores busy from the first fire to the last (the simulation's are not
+    /// measured: its clients spend no CPU).
+    #[serde(default)]
+    pub cpu_while_firing: Option<CpuSplit>,
 }
 
 /// What a broker's kill cost on one side: the timers due at or before it that fired after it
@@ -348,6 +364,7 @@ impl Side {
                 lateness_ms: k.lateness_ms,
                 last_fired_after_ms: k.last_fired_after_kill_ms,
             }),
+            cpu_while_firing: r.cpu_while_firing,
         }
     }
 
@@ -396,6 +413,7 @@ impl Side {
                 }
                 _ => None,
             }),
+            cpu_while_firing: None,
         }
     }
 }
@@ -519,12 +537,13 @@ pub struct Agreement {
 
 /// Runs the simulation side of `w` on every seed, on a thread of its own (turmoil builds its
 /// own runtime, which cannot nest in this one).
-fn simulate(w: &Workload, costs: Costs) -> Result<Vec<Side>, Error> {
+fn simulate(w: &Workload, costs: Costs, rig: &Side) -> Result<Vec<Side>, Error> {
     let w = w.clone();
+    let kill = rig.kill.as_ref().map(|k| k.after_due_ms);
     std::thread::spawn(move || {
         SEEDS
             .iter()
-            .map(|seed| Side::of_sim(&spec(&w, *seed, costs)))
+            .map(|seed| Side::of_sim(&spec(&w, *seed, costs, kill)))
             .collect()
     })
     .join()
@@ -532,10 +551,26 @@ fn simulate(w: &Workload, costs: Costs) -> Result<Vec<Side>, Error> {
 }
 
 /// Runs every case on the rig and in the simulation.
-pub async fn run(run: &Run<'_>, commit: &str, rig: &str, date: &str) -> Result<Agreement, Error> {
-    let costs = calibration::builtin().costs;
+/// `only`: the names of the cases to run (empty: every case); an unknown name is an error.
+pub async fn run(
+    run: &Run<'_>,
+    commit: &str,
+    rig: &str,
+    date: &str,
+    only: &[String],
+    model: &Model,
+) -> Result<Agreement, Error> {
+    let costs = model.costs;
     let mut cases_out = Vec::new();
-    let all = cases();
+    let all = selected(cases(), only)?;
+    if run.sweeper_binary.is_none()
+        && let Some(case) = all.iter().find(|c| c.workload.broker_processes)
+    {
+        return Err(Error::Message(format!(
+            "agreement: the case {} kills a broker process and needs the queen-sweeper binary next to soak (cargo build --release -p queen-broker)",
+            case.name
+        )));
+    }
     for (i, case) in all.iter().enumerate() {
         eprintln!(
             "soak: agreement: [{}/{}] {}: {}",
@@ -557,7 +592,16 @@ pub async fn run(run: &Run<'_>, commit: &str, rig: &str, date: &str) -> Result<A
             )));
         }
         let rig_side = Side::of_rig(&result);
-        let sim = simulate(&case.workload, costs)?;
+        if let Some(cpu) = &rig_side.cpu_while_firing {
+            eprintln!(
+                "soak: agreement: {}: rig cores busy while firing ({} s): server {}, the rest {}",
+                case.name,
+                cpu.seconds,
+                cpu.server_cores,
+                cpu.other_cores()
+            );
+        }
+        let sim = simulate(&case.workload, costs, &rig_side)?;
         let rows = rows(&case.name, &rig_side, &sim);
         for row in &rows {
             eprintln!(
@@ -584,7 +628,7 @@ pub async fn run(run: &Run<'_>, commit: &str, rig: &str, date: &str) -> Result<A
         measured_on: date.into(),
         commit: commit.into(),
         rig: rig.into(),
-        calibration: calibration_name(),
+        calibration: model.name.clone(),
         cases: cases_out,
         verdicts,
         naive_clean_lease_ms,
@@ -592,13 +636,50 @@ pub async fn run(run: &Run<'_>, commit: &str, rig: &str, date: &str) -> Result<A
     })
 }
 
-/// The calibration the simulation side runs on, named.
-fn calibration_name() -> String {
-    format!(
-        "sim/calibration/{} ({})",
-        calibration::BUILTIN_NAME,
-        calibration::builtin().describe()
-    )
+/// The cases named in `only`, in their usual order (all of them when `only` is empty).
+fn selected(all: Vec<Case>, only: &[String]) -> Result<Vec<Case>, Error> {
+    if let Some(unknown) = only.iter().find(|n| !all.iter().any(|c| &c.name == *n)) {
+        let names: Vec<_> = all.iter().map(|c| c.name.as_str()).collect();
+        return Err(Error::Message(format!(
+            "agreement: no case named {unknown}; the cases are {}",
+            names.join(", ")
+        )));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|c| only.is_empty() || only.contains(&c.name))
+        .collect())
+}
+
+/// The calibration the simulation side runs on, with its name for the report.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub name: String,
+    pub costs: Costs,
+}
+
+impl Model {
+    /// The newest committed calibration, built into `sim`.
+    pub fn builtin() -> Model {
+        Model {
+            name: format!(
+                "sim/calibration/{} ({})",
+                calibration::BUILTIN_NAME,
+                calibration::builtin().describe()
+            ),
+            costs: calibration::builtin().costs,
+        }
+    }
+
+    /// A calibration file (`--calibration FILE`): another rig's, or a variant of the model.
+    pub fn from_file(path: &Path) -> Result<Model, Error> {
+        let c = queen_harness::Calibration::load(path)
+            .map_err(|e| Error::Message(format!("{}: {e}", path.display())))?;
+        Ok(Model {
+            name: format!("{} ({})", path.display(), c.describe()),
+            costs: c.costs,
+        })
+    }
 }
 
 /// The expectations each side decides, and the lease edge of the naive drain.
@@ -752,6 +833,14 @@ fn case_section(dir: &Path, c: &CaseResult) -> Result<String, Error> {
                 .collect::<Vec<_>>()
         );
     }
+    if let Some(cpu) = &c.rig.cpu_while_firing {
+        md += &format!(
+            "Rig cores busy from the first fire to the last ({} s): the server {}, everything else (brokers, load) {}.\n\n",
+            cpu.seconds,
+            cpu.server_cores,
+            cpu.other_cores()
+        );
+    }
     for r in &c.rows {
         md += &format!(
             "| {} | {} | {} | {} | ±{:.0}% | {} |\n",
@@ -802,14 +891,14 @@ fn load(dir: &Path) -> Result<Agreement, Error> {
         .map_err(|e| Error::Message(format!("{}: not an agreement report: {e}", dir.display())))
 }
 
-/// `--check`: the simulation side again, on the built-in calibration, against the stored rig
-/// numbers. Returns the rows that agreed in the stored run and no longer do.
-pub fn check(dir: &Path) -> Result<Vec<String>, Error> {
+/// `--check`: the simulation side again, on `model`, against the stored rig numbers. Returns
+/// the rows that agreed in the stored run and no longer do.
+pub fn check(dir: &Path, model: &Model) -> Result<Vec<String>, Error> {
     let stored = load(dir)?;
-    let costs = calibration::builtin().costs;
+    let costs = model.costs;
     let mut broken = Vec::new();
     for case in &stored.cases {
-        let sim = simulate(&case.workload, costs)?;
+        let sim = simulate(&case.workload, costs, &case.rig)?;
         for (now, then) in rows(&case.name, &case.rig, &sim).iter().zip(&case.rows) {
             println!(
                 "{}: {}: sim {} (stored {}), rig {}{}",
@@ -828,13 +917,13 @@ pub fn check(dir: &Path) -> Result<Vec<String>, Error> {
     Ok(broken)
 }
 
-/// `--resim`: reruns the simulation side of the stored report at this commit, on the built-in
-/// calibration, and rewrites the report; the rig side is kept as measured. Refuses a report
-/// whose cases' workloads are no longer the ones this build would run.
-pub fn resim(dir: &Path, commit: &str) -> Result<Agreement, Error> {
+/// `--resim`: reruns the simulation side of the stored report at this commit, on `model`, and
+/// rewrites the report; the rig side is kept as measured. Refuses a report whose cases'
+/// workloads are no longer the ones this build would run.
+pub fn resim(dir: &Path, commit: &str, model: &Model) -> Result<Agreement, Error> {
     let mut a = load(dir)?;
     let current = cases();
-    let costs = calibration::builtin().costs;
+    let costs = model.costs;
     for case in &mut a.cases {
         let now = current
             .iter()
@@ -854,13 +943,13 @@ pub fn resim(dir: &Path, commit: &str) -> Result<Agreement, Error> {
             )));
         }
         eprintln!("soak: agreement --resim: {}", case.name);
-        case.sim = simulate(&case.workload, costs)?;
+        case.sim = simulate(&case.workload, costs, &case.rig)?;
         case.rows = rows(&case.name, &case.rig, &case.sim);
     }
     let (verdicts, edges) = verdicts(&a.cases);
     a.verdicts = verdicts;
     a.naive_clean_lease_ms = edges;
-    a.calibration = calibration_name();
+    a.calibration = model.name.clone();
     a.sim_commit = Some(commit.to_owned());
     Ok(a)
 }
@@ -874,7 +963,7 @@ mod tests {
         let costs = calibration::builtin().costs;
         for case in cases() {
             let w = &case.workload;
-            let s = spec(w, 1, costs);
+            let s = spec(w, 1, costs, None);
             assert_eq!(s.brokers, w.brokers, "{}", case.name);
             assert_eq!(s.safety_ms, w.seconds * 1000, "{}", case.name);
             assert_eq!(s.knobs, w.knobs, "{}", case.name);
@@ -919,12 +1008,34 @@ mod tests {
     }
 
     #[test]
+    fn only_picks_cases_by_name_and_refuses_an_unknown_one() {
+        let names = |only: &[&str]| -> Result<Vec<String>, Error> {
+            let only: Vec<String> = only.iter().map(|s| (*s).to_owned()).collect();
+            Ok(selected(cases(), &only)?
+                .into_iter()
+                .map(|c| c.name)
+                .collect())
+        };
+        assert_eq!(names(&[]).expect("all").len(), cases().len());
+        assert_eq!(
+            names(&["crash-take", "steady"]).expect("two"),
+            ["steady", "crash-take"]
+        );
+        let err = names(&["steady", "stedy"]).expect_err("a typo");
+        assert!(err.to_string().contains("no case named stedy"), "{err}");
+    }
+
+    #[test]
     fn each_seed_crashes_at_another_phase_of_the_claim_fire_cycle() {
         let costs = calibration::builtin().costs;
         let w = crash(0);
-        let at = |seed| spec(&w, seed, costs).faults[0].at_ms;
+        let at = |seed| spec(&w, seed, costs, None).faults[0].at_ms;
         assert_eq!(at(1), 1_000 + 11_000);
         assert_eq!((at(2) - at(1), at(3) - at(1)), (20, 40));
+        // At the rig's kill, 333 ms after the burst's instant (1 s + 10.5 s in the sim).
+        let at_rig = |seed| spec(&w, seed, costs, Some(333.4)).faults[0].at_ms;
+        assert_eq!(at_rig(1), 1_000 + 10_500 + 333);
+        assert_eq!((at_rig(2) - at_rig(1), at_rig(3) - at_rig(1)), (20, 40));
     }
 
     /// What `resim` answers for a report holding one case, `name`, measured with `workload`.
@@ -948,7 +1059,7 @@ mod tests {
             naive_clean_lease_ms: (None, None),
         };
         crate::report::write_json(&dir, "agreement.json", &stored).expect("written");
-        let answer = resim(&dir, "def5678");
+        let answer = resim(&dir, "def5678", &Model::builtin());
         let _ = std::fs::remove_dir_all(&dir);
         answer
     }

@@ -95,6 +95,13 @@ enum Command {
         /// rewrite it (the rig numbers stay as measured).
         #[arg(long, value_name = "DIR", conflicts_with = "check")]
         resim: Option<PathBuf>,
+        /// Run only these cases on the rig (repeatable; a partial report, needs `--out`).
+        #[arg(long, value_name = "CASE")]
+        only: Vec<String>,
+        /// The simulation side's costs from this calibration file (default: the newest
+        /// committed one, built in).
+        #[arg(long, value_name = "FILE")]
+        calibration: Option<PathBuf>,
     },
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
@@ -116,28 +123,39 @@ fn main() -> ExitCode {
                 .map_err(Error::Message),
         ),
         Some(Command::Agreement {
-            resim: Some(dir), ..
+            resim: Some(dir),
+            calibration,
+            ..
         }) => Some(
-            queen_soak::agreement::resim(dir, &queen_soak::rig::source_commit())
+            agreement_model(calibration.as_deref())
+                .and_then(|model| {
+                    queen_soak::agreement::resim(dir, &queen_soak::rig::source_commit(), &model)
+                })
                 .and_then(|a| queen_soak::agreement::write_report(dir, &a))
                 .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),
         ),
         Some(Command::Agreement {
-            check: Some(dir), ..
-        }) => Some(queen_soak::agreement::check(dir).and_then(|broken| {
-            if broken.is_empty() {
-                Ok(vec![format!(
-                    "agreement: every row that agreed in {} still does",
-                    dir.display()
-                )])
-            } else {
-                Err(Error::Broken(format!(
-                    "rows that agreed in {} no longer do: {}",
-                    dir.display(),
-                    broken.join("; ")
-                )))
-            }
-        })),
+            check: Some(dir),
+            calibration,
+            ..
+        }) => Some(
+            agreement_model(calibration.as_deref())
+                .and_then(|model| queen_soak::agreement::check(dir, &model))
+                .and_then(|broken| {
+                    if broken.is_empty() {
+                        Ok(vec![format!(
+                            "agreement: every row that agreed in {} still does",
+                            dir.display()
+                        )])
+                    } else {
+                        Err(Error::Broken(format!(
+                            "rows that agreed in {} no longer do: {}",
+                            dir.display(),
+                            broken.join("; ")
+                        )))
+                    }
+                }),
+        ),
         Some(Command::Report { dir }) => Some(
             report::rebuild_existing(dir)
                 .map(|()| vec![format!("wrote {}", dir.join("report.md").display())]),
@@ -240,13 +258,26 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         (Some(Command::Bench { only }), _) => {
             run_bench(&run, cli.seconds.unwrap_or(30), only, (&date, &rig), &out).await
         }
-        (Some(Command::Agreement { .. }), _) => {
+        (
+            Some(Command::Agreement {
+                only, calibration, ..
+            }),
+            _,
+        ) => {
+            if !only.is_empty() && cli.out.is_none() {
+                return Err(Error::Message(
+                    "agreement --only writes a partial report: name its directory with --out"
+                        .into(),
+                ));
+            }
+            let model = agreement_model(calibration.as_deref())?;
             let dir = cli.out.clone().unwrap_or_else(|| {
                 PathBuf::from(format!("reports/agreement/{date}-{}", rig.label()))
             });
             let commit = queen_soak::rig::source_commit();
             let agreement =
-                queen_soak::agreement::run(&run, &commit, &rig.describe(), &date).await?;
+                queen_soak::agreement::run(&run, &commit, &rig.describe(), &date, only, &model)
+                    .await?;
             queen_soak::agreement::write_report(&dir, &agreement)?;
             println!("wrote {}", dir.join("report.md").display());
             Ok(())
@@ -271,6 +302,14 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             }
             check_delivery(&runs)
         }
+    }
+}
+
+/// The simulation side's model: `--calibration FILE`, else the built-in calibration.
+fn agreement_model(file: Option<&Path>) -> Result<queen_soak::agreement::Model, Error> {
+    match file {
+        Some(path) => queen_soak::agreement::Model::from_file(path),
+        None => Ok(queen_soak::agreement::Model::builtin()),
     }
 }
 

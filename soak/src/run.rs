@@ -14,6 +14,7 @@ use queen_sweeper::{Payload, TimerOp};
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
+use crate::bench::cpu;
 use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
 use crate::error::Error;
@@ -297,7 +298,40 @@ pub struct RunResult {
     pub schedule_failures: u64,
     #[serde(default)]
     pub first_schedule_error: Option<String>,
+    /// The cores busy from the first fire to the last: the server's and the machine's.
+    #[serde(default)]
+    pub cpu_while_firing: Option<CpuSplit>,
     pub series: Vec<Sample>,
+}
+
+/// Cores in use over a window (CPU seconds over its length): the server's processes, and the
+/// whole machine (the server, the brokers, the load and anything else running).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuSplit {
+    pub seconds: f64,
+    pub server_cores: f64,
+    pub machine_cores: f64,
+}
+
+impl CpuSplit {
+    /// Cuts the window `[from, to]` (epoch seconds) out of the two traces.
+    pub fn of(server: &[(f64, f64)], machine: &[(f64, f64)], from: f64, to: f64) -> Option<Self> {
+        let seconds = to - from;
+        if seconds <= 0.0 {
+            return None;
+        }
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        Some(CpuSplit {
+            seconds: round(seconds),
+            server_cores: round(cpu::used_between(server, from, to)? / seconds),
+            machine_cores: round(cpu::used_between(machine, from, to)? / seconds),
+        })
+    }
+
+    /// The cores the server did not use: the clients (brokers, load) and the rest.
+    pub fn other_cores(&self) -> f64 {
+        ((self.machine_cores - self.server_cores).max(0.0) * 100.0).round() / 100.0
+    }
 }
 
 /// The timers a SIGKILL could have delayed: those due before the kill and fired after it
@@ -460,6 +494,8 @@ impl Run<'_> {
     /// stop the loads, drain, stop the brokers, then measure.
     async fn on(&self, db: &RunDb, w: &Workload) -> Result<RunResult, Error> {
         let config = w.config()?;
+        let server_cpu = cpu::Trace::start(cpu::Scope::locate(&db.pool).await);
+        let machine_cpu = cpu::Trace::of(cpu::machine_busy_seconds);
         let held = prepare(db, w).await?;
         let brokers = self.start_brokers(db, w, &config).await?;
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
@@ -487,7 +523,12 @@ impl Run<'_> {
             schedule_failures: loaded.schedule_failures,
             first_schedule_error: loaded.first_schedule_error,
         };
-        self.finish(db, w, measured).await
+        let mut result = self.finish(db, w, measured).await?;
+        let (server, machine) = (server_cpu.stop(), machine_cpu.stop());
+        result.cpu_while_firing = result
+            .fire_window_epoch_s
+            .and_then(|(from, to)| CpuSplit::of(&server, &machine, from, to));
+        Ok(result)
     }
 
     /// Starts the workload's brokers: `queen-sweeper serve` processes or in this process.
@@ -571,6 +612,7 @@ impl Run<'_> {
                 Some(at) => Some(kill_effect(db, at, start_epoch_s).await?),
                 None => None,
             },
+            cpu_while_firing: None,
             series,
         })
     }

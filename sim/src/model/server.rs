@@ -39,6 +39,7 @@ use uuid::Uuid;
 
 use super::ops::{self, RowState, SqlError, Staged};
 use super::state::{KvKey, KvRow, Source, Tables, TimerKey, Us};
+use crate::rng::Rng;
 use crate::time::now_us;
 use crate::wire::{DB_PORT, Request, Response, read_frame, write_frame};
 
@@ -57,6 +58,8 @@ pub struct Db {
     cores: tokio::sync::Semaphore,
     /// Statements on or waiting for a core now (they stretch each other's time).
     cpu_demand: std::sync::atomic::AtomicU64,
+    /// Draws that round a sub-millisecond time to a whole tick (see [`Db::spend`]).
+    rounding: Mutex<Rng>,
     pub costs: Costs,
 }
 
@@ -82,9 +85,12 @@ const FIRE_BUSY_RETRIES: u32 = 6;
 const APPLY_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Unpruned rows counted at most (the SQL's default cap).
 const UNPRUNED_CAP: u64 = 10_000;
+/// The label of the rounding's random stream, apart from the brokers' and the loads'.
+const ROUNDING_STREAM: u64 = 7_000;
 
 impl Db {
-    pub fn new(costs: Costs) -> Arc<Db> {
+    /// A database with `costs`; `seed` drives the rounding of its sub-millisecond times.
+    pub fn new(costs: Costs, seed: u64) -> Arc<Db> {
         Arc::new(Db {
             tables: Mutex::new(Tables::default()),
             partition_locks: Mutex::new(BTreeMap::new()),
@@ -92,6 +98,7 @@ impl Db {
             flushed: tokio::sync::Mutex::new(0),
             cores: tokio::sync::Semaphore::new(costs.cores.max(1) as usize),
             cpu_demand: std::sync::atomic::AtomicU64::new(0),
+            rounding: Mutex::new(Rng::new(seed).fork(ROUNDING_STREAM)),
             costs,
         })
     }
@@ -125,7 +132,22 @@ impl Db {
             .load(std::sync::atomic::Ordering::SeqCst)
             .saturating_sub(1);
         let stretch = 1000 + others * u64::from(self.costs.contention_permille);
-        sleep_us(micros.saturating_mul(stretch) / 1000).await;
+        self.spend(micros.saturating_mul(stretch) / 1000).await;
+    }
+
+    /// Lets `micros` of simulated time pass. The timer (and the simulation's tick) counts whole
+    /// milliseconds and would round every sub-millisecond statement up to one, five times the
+    /// rig's 0.2 ms probe: so the remainder is rounded up with the probability of its size, and
+    /// the mean time spent is `micros`.
+    pub(crate) async fn spend(&self, micros: Us) {
+        let whole_ms = micros / 1000;
+        let remainder = micros % 1000;
+        let round_up = remainder > 0
+            && self.rounding.lock().expect("not poisoned").next_u64() % 1000 < remainder;
+        let ms = whole_ms + u64::from(round_up);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
     }
 
     /// Writes `bytes` through the one WAL and waits for their flush, as a commit does: waits
@@ -135,7 +157,7 @@ impl Db {
         let position = {
             let _wal = self.wal.lock().await;
             let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
-            tokio::time::sleep(Duration::from_micros(micros)).await;
+            self.spend(micros).await;
             self.with(|t| {
                 t.wal_bytes += bytes;
                 t.wal_bytes
@@ -152,7 +174,7 @@ impl Db {
             return;
         }
         let target = self.with(|t| t.wal_bytes);
-        sleep_us(self.costs.flush_us).await;
+        self.spend(self.costs.flush_us).await;
         *flushed = target;
     }
 }
@@ -269,10 +291,6 @@ async fn execute(db: &Db, host: &str, request: Request, open: &mut Option<OpenTx
             kv_put(db, key, ttl_ms, bytes, open).await
         }
     }
-}
-
-pub(crate) async fn sleep_us(micros: Us) {
-    tokio::time::sleep(Duration::from_micros(micros)).await;
 }
 
 async fn probe(db: &Db, probe: &ProbeRequest) -> Response {
@@ -665,11 +683,14 @@ mod tests {
     use super::*;
 
     fn db(cores: u32, contention_permille: u32) -> Arc<Db> {
-        Db::new(Costs {
-            cores,
-            contention_permille,
-            ..crate::calibration::builtin().costs
-        })
+        Db::new(
+            Costs {
+                cores,
+                contention_permille,
+                ..crate::calibration::builtin().costs
+            },
+            1,
+        )
     }
 
     /// Simulated µs each of `n` statements of 10 ms, started together, took (whole
@@ -703,5 +724,29 @@ mod tests {
         // Without contention, the cores alone: two side by side, the third after the first.
         assert_eq!(together(&self::db(2, 0), 3).await, [10_000, 10_000, 20_000]);
         assert_eq!(db.cpu_demand.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// Simulated µs `n` spends of `micros`, one after another, took.
+    async fn spent(db: &Db, n: u32, micros: Us) -> u128 {
+        let start = queen_sweeper::clock::tokio_now();
+        for _ in 0..n {
+            db.spend(micros).await;
+        }
+        start.elapsed().as_micros()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sub_millisecond_times_are_rounded_up_with_the_probability_of_their_size() {
+        let db = db(2, 0);
+        // Whole milliseconds are exact, and nothing takes no time.
+        assert_eq!(spent(&db, 10, 2_000).await, 20_000);
+        assert_eq!(spent(&db, 10, 0).await, 0);
+        // 2 000 statements of 0.25 ms: about 500 ms, not the 2 000 ms of always rounding up
+        // (nor 0 of always rounding down). The binomial's sd is about 19 ms.
+        let quarter = spent(&db, 2_000, 250).await;
+        assert!((420_000..=580_000).contains(&quarter), "{quarter} µs");
+        // 1.7 ms: one or two ticks, 1.7 on average.
+        let mixed = spent(&db, 1_000, 1_700).await;
+        assert!((1_620_000..=1_780_000).contains(&mixed), "{mixed} µs");
     }
 }

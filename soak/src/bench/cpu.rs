@@ -70,6 +70,24 @@ impl Scope {
     }
 }
 
+/// CPU seconds every core of the machine has spent busy so far (the first line of
+/// `/proc/stat`: user, nice, system, irq, softirq and steal; not idle or iowait).
+pub fn machine_busy_seconds() -> Option<f64> {
+    parse_machine_busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+        .map(|ticks| ticks as f64 / clock_ticks().unwrap_or(100.0))
+}
+
+fn parse_machine_busy_ticks(text: &str) -> Option<u64> {
+    let line = text.lines().next()?.strip_prefix("cpu ")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice, counted in user].
+    let busy = [0, 1, 2, 5, 6, 7];
+    (fields.len() >= 8).then(|| busy.iter().map(|&i| fields[i]).sum())
+}
+
 fn clock_ticks() -> Option<f64> {
     // SAFETY: sysconf reads a constant of the system; it has no preconditions.
     #[allow(unsafe_code)]
@@ -115,12 +133,17 @@ pub struct Trace {
 
 impl Trace {
     pub fn start(scope: Scope) -> Trace {
+        Trace::of(move || scope.cpu_seconds())
+    }
+
+    /// Samples `read` (CPU seconds so far) instead of the server's.
+    pub fn of(read: impl Fn() -> Option<f64> + Send + 'static) -> Trace {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let out = Arc::clone(&samples);
         let task = tokio::spawn(async move {
             // Bounded: a bench run is minutes long; a day of samples is the ceiling.
             for _ in 0..(4 * 86_400) {
-                if let Some(cpu) = scope.cpu_seconds() {
+                if let Some(cpu) = read() {
                     let at = clock::wall_since_epoch().as_secs_f64();
                     out.lock().expect("not poisoned").push((at, cpu));
                 }
@@ -155,6 +178,17 @@ fn at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machine_is_busy_in_everything_but_idle_and_iowait() {
+        let stat = "cpu  100 2 30 5000 70 4 5 6 0 0\ncpu0 50 1 15 2500 35 2 2 3 0 0\n";
+        assert_eq!(
+            parse_machine_busy_ticks(stat),
+            Some(100 + 2 + 30 + 4 + 5 + 6)
+        );
+        assert_eq!(parse_machine_busy_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None);
+        assert_eq!(parse_machine_busy_ticks("cpu  1 2 3\n"), None);
+    }
 
     #[test]
     fn a_stat_line_is_read_from_the_last_parenthesis() {
