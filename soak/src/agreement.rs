@@ -277,6 +277,10 @@ pub struct Side {
     /// measured: its clients spend no CPU).
     #[serde(default)]
     pub cpu_while_firing: Option<CpuSplit>,
+    /// The rig's disk bytes written per WAL byte over the seconds it fired in (the heap's
+    /// writeback shares the disk with the WAL).
+    #[serde(default)]
+    pub disk_bytes_per_wal_byte: Option<f64>,
 }
 
 /// What a broker's kill cost on one side: the timers due at or before it that fired after it
@@ -365,6 +369,7 @@ impl Side {
                 last_fired_after_ms: k.last_fired_after_kill_ms,
             }),
             cpu_while_firing: r.cpu_while_firing,
+            disk_bytes_per_wal_byte: disk_per_wal(&r.series),
         }
     }
 
@@ -414,8 +419,19 @@ impl Side {
                 _ => None,
             }),
             cpu_while_firing: None,
+            disk_bytes_per_wal_byte: None,
         }
     }
+}
+
+/// Disk bytes per WAL byte over the seconds that fired anything; None without disk counts or
+/// WAL.
+fn disk_per_wal(series: &[crate::run::Sample]) -> Option<f64> {
+    let firing = series.iter().filter(|s| s.fired_per_s > 0.0);
+    let (disk, wal) = firing.fold((0.0, 0.0), |(d, w), s| {
+        (d + s.disk_bytes_per_s, w + s.wal_bytes_per_s)
+    });
+    (disk > 0.0 && wal > 0.0).then(|| (disk / wal * 100.0).round() / 100.0)
 }
 
 fn round1(x: f64) -> f64 {
@@ -592,6 +608,12 @@ pub async fn run(
             )));
         }
         let rig_side = Side::of_rig(&result);
+        if let Some(ratio) = rig_side.disk_bytes_per_wal_byte {
+            eprintln!(
+                "soak: agreement: {}: rig disk bytes per WAL byte while firing: {ratio}",
+                case.name
+            );
+        }
         if let Some(cpu) = &rig_side.cpu_while_firing {
             eprintln!(
                 "soak: agreement: {}: rig cores busy while firing ({} s): server {}, the rest {}",
@@ -831,6 +853,11 @@ fn case_section(dir: &Path, c: &CaseResult) -> Result<String, Error> {
                 .iter()
                 .map(|s| s.kill.as_ref().map_or(0.0, |k| k.after_due_ms))
                 .collect::<Vec<_>>()
+        );
+    }
+    if let Some(ratio) = c.rig.disk_bytes_per_wal_byte {
+        md += &format!(
+            "Rig disk bytes written per WAL byte over the seconds that fired: {ratio}.\n\n"
         );
     }
     if let Some(cpu) = &c.rig.cpu_while_firing {
@@ -1143,6 +1170,8 @@ mod tests {
             schedule_failures: 0,
             fired_by_second: Vec::new(),
             kill: None,
+            cpu_while_firing: None,
+            disk_bytes_per_wal_byte: None,
         }
     }
 

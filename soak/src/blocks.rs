@@ -6,6 +6,7 @@
 //! ```text
 //! -- [measured 2026-12-02] QUEEN_SWEEPER_LEASE_MS = 30000
 //! --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (...), local; 3 brokers, a backlog of ...
+//! --   commit:   9058d0a
 //! --   symptom:  a fire that outlives its lease under push load: ...
 //! --   observed: stale segments + failed calls per value: 200: 14; ...; 30000: 0. Edge: 1000.
 //! ```
@@ -60,13 +61,21 @@ pub fn blocks(findings: &[Finding], rig: &Rig, date: &str) -> Vec<Block> {
             } else {
                 finding.shipped
             };
+            let mut lines = vec![
+                format!("-- [measured {date}] {setting} = {value}"),
+                format!("--   rig:      {rig}; {}", finding.load),
+            ];
+            // Read by `soak blocks --check` (crate::currency): a block without it is stale.
+            if !finding.commit.is_empty() {
+                lines.push(format!("--   commit:   {}", finding.commit));
+            }
+            lines.push(format!("--   symptom:  {}", finding.symptom));
+            lines.push(format!(
+                "--   observed: {}.{edge} {verdict}.",
+                finding.observed
+            ));
             out.push(Block {
-                lines: vec![
-                    format!("-- [measured {date}] {setting} = {value}"),
-                    format!("--   rig:      {rig}; {}", finding.load),
-                    format!("--   symptom:  {}", finding.symptom),
-                    format!("--   observed: {}.{edge} {verdict}.", finding.observed),
-                ],
+                lines,
                 setting,
                 value,
             });
@@ -90,6 +99,24 @@ pub fn file_text(blocks: &[Block], rig: &Rig, date: &str) -> String {
         text.push_str("\n\n");
     }
     text
+}
+
+/// The blocks in force in a `.sql` file of `sql/`: like [`parse`], but a `--   ` line outside a
+/// block (the house formula's own example, prose) is prose, not an error.
+pub fn find_in_sql(text: &str) -> Result<Vec<Block>, String> {
+    let mut kept = Vec::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.starts_with("-- [measured ") {
+            in_block = true;
+        } else if !line.starts_with("--   ") {
+            in_block = false;
+        }
+        if in_block || !line.starts_with("--   ") {
+            kept.push(line);
+        }
+    }
+    parse(&kept.join("\n"))
 }
 
 /// Parses `blocks.sql`.
@@ -312,8 +339,28 @@ mod tests {
             measured_shipped: true,
             measured_on: measured_on.into(),
             rig: rig.into(),
+            commit: String::new(),
             points: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_block_names_the_commit_its_finding_was_measured_at() {
+        let mut f = finding("QUEEN_SWEEPER_LEASE_MS", "2026-12-05", "rig");
+        f.commit = "abc1234 (dirty)".into();
+        let out = blocks(&[f], &rig(), "2026-12-05");
+        assert_eq!(out[0].lines[2], "--   commit:   abc1234 (dirty)");
+        assert_eq!(
+            crate::currency::block_commit(&out[0]).as_deref(),
+            Some("abc1234")
+        );
+        // A finding from before findings carried commits gets no such line.
+        let old = blocks(
+            &[finding("QUEEN_SWEEPER_LEASE_MS", "2026-12-02", "rig")],
+            &rig(),
+            "x",
+        );
+        assert!(old[0].lines.iter().all(|l| !l.contains("commit:")));
     }
 
     #[test]
@@ -334,6 +381,16 @@ mod tests {
             "-- [measured 2026-12-03] QUEEN_SWEEPER_CLAIM_BATCH = 30000"
         );
         assert!(out[1].lines[1].starts_with(&format!("--   rig:      {}; ", rig().describe())));
+    }
+
+    #[test]
+    fn blocks_in_force_are_found_among_prose_and_examples() {
+        let sql = "-- The formula:\n--   -- [measured 2026-12-02] X = 1\n--   prose\n\n-- [measured 2026-12-05] QUEEN_SWEEPER_LEASE_MS = 30000\n--   rig:      r\n--   commit:   abc1234\nSELECT 1;\n--   more prose\n";
+        let found = find_in_sql(sql).expect("found");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].setting, "QUEEN_SWEEPER_LEASE_MS");
+        assert_eq!(found[0].lines.len(), 3);
+        assert!(find_in_sql("-- [measured 2026-12-05] no value\n").is_err());
     }
 
     #[test]

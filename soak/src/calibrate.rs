@@ -26,6 +26,7 @@ use queen_sweeper::{
 };
 use sqlx::Connection as _;
 
+use crate::bench::cpu;
 use crate::db::RunDb;
 use crate::error::Error;
 use crate::rig::{Rig, source_commit};
@@ -139,6 +140,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
     };
     let (mut costs, fits) = fit(&measured, &drain, &push, &kv);
     costs.contention_permille = contention_permille(&parallel, measured.cores);
+    costs.disk_bytes_per_wal_permille = disk_bytes_per_wal_permille(&parallel);
     let push_lock_hold_us = Spread::of_values(
         push.0
             .iter()
@@ -182,6 +184,20 @@ fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
     (median(&each) * 1000.0).round() as u32
 }
 
+/// Disk bytes per WAL byte, per mille: the median over every parallel drain that measured it,
+/// never under 1000 (the WAL itself must reach the disk; a smaller count means the heap's
+/// writeback came after the drain).
+fn disk_bytes_per_wal_permille(parallel: &[ParallelDrain]) -> u32 {
+    let each: Vec<f64> = parallel
+        .iter()
+        .filter_map(|p| p.disk_bytes_per_wal_byte)
+        .collect();
+    if each.is_empty() {
+        return 1000;
+    }
+    ((median(&each) * 1000.0).round() as u32).max(1000)
+}
+
 /// A backlog of [`DRAINING`] due timers drained by takes of 200 on 1, 2, 3 and 5 connections at
 /// once (each from its own starting shard, as brokers do), [`PARALLEL_REPS`] times each.
 async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
@@ -189,22 +205,28 @@ async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
     for (payload, backlog) in PARALLEL_LOADS {
         let mut one = None;
         for connections in PARALLEL {
-            let mut rates = Vec::new();
+            let (mut rates, mut disk) = (Vec::new(), Vec::new());
             for rep in 0..PARALLEL_REPS {
                 let prefix = format!("par{connections}p{payload}r{rep}");
-                rates.push(parallel_drain(db, connections, (payload, backlog), &prefix).await?);
+                let (rate, ratio) =
+                    parallel_drain(db, connections, (payload, backlog), &prefix).await?;
+                rates.push(rate);
+                disk.extend(ratio);
             }
             let timers_per_s = median(&rates).round();
+            let disk_bytes_per_wal_byte =
+                (!disk.is_empty()).then(|| (median(&disk) * 100.0).round() / 100.0);
             let base = *one.get_or_insert(timers_per_s);
             let speedup = (timers_per_s / f64::max(base, 1.0) * 100.0).round() / 100.0;
             eprintln!(
-                "soak: calibrate: {backlog} due of {payload} B drained on {connections} connection(s): {timers_per_s:.0} timers/s ({speedup}× one)"
+                "soak: calibrate: {backlog} due of {payload} B drained on {connections} connection(s): {timers_per_s:.0} timers/s ({speedup}× one), disk bytes per WAL byte {disk_bytes_per_wal_byte:?}"
             );
             out.push(ParallelDrain {
                 connections,
                 payload_bytes: payload,
                 timers_per_s,
                 speedup,
+                disk_bytes_per_wal_byte,
             });
         }
     }
@@ -212,14 +234,16 @@ async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
 }
 
 /// One drain of `backlog` due timers of `payload` bytes by `connections` takers at once, each
-/// from its own starting shard as brokers are; answers timers per second.
+/// from its own starting shard as brokers are; answers timers per second, and the disk bytes
+/// written per WAL byte during the drain (None when the disks cannot be read).
 async fn parallel_drain(
     db: &RunDb,
     connections: u32,
     (payload, backlog): (u32, u32),
     prefix: &str,
-) -> Result<f64, Error> {
+) -> Result<(f64, Option<f64>), Error> {
     due(db, backlog, payload, prefix).await?;
+    let (lsn_before, disk_before) = (db.wal_lsn().await?, cpu::disk_bytes_written());
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(connections)
         .connect(&db.url)
@@ -236,13 +260,18 @@ async fn parallel_drain(
         moved += joined.map_err(|e| Error::Message(format!("a taker panicked: {e}")))??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let wal = (db.wal_lsn().await? - lsn_before) as f64;
+    let disk = disk_before
+        .zip(cpu::disk_bytes_written())
+        .map(|(before, after)| after.saturating_sub(before) as f64);
     pool.close().await;
     if moved != u64::from(backlog) {
         return Err(Error::Message(format!(
             "calibrate: the parallel drain moved {moved} of {backlog}"
         )));
     }
-    Ok(moved as f64 / seconds.max(1e-6))
+    let ratio = disk.filter(|_| wal > 0.0).map(|d| d / wal);
+    Ok((moved as f64 / seconds.max(1e-6), ratio))
 }
 
 /// Takes batches of 200 until a take comes back short; answers the timers moved.
@@ -751,6 +780,7 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         claim_wal_bytes_per_row: claim_wal,
         cores: m.cores,
         contention_permille: 0,
+        disk_bytes_per_wal_permille: 1000,
     };
     let c = costs;
     let model_wal =
@@ -869,16 +899,21 @@ pub fn summary(c: &Calibration) -> String {
     );
     if !c.parallel_drain.is_empty() {
         out += &format!(
-            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains):\n\n| payload B | connections | timers/s | over one | model |\n|---:|---:|---:|---:|---:|\n",
-            k.cores, k.contention_permille
+            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains; the disk writes {}‰ of a WAL byte per WAL byte, the median of the drains):\n\n| payload B | connections | timers/s | over one | model | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|\n",
+            k.cores, k.contention_permille, k.disk_bytes_per_wal_permille
         );
         for p in &c.parallel_drain {
             let n = f64::from(p.connections);
             let model = n.min(f64::from(k.cores.max(1)))
                 / (1.0 + f64::from(k.contention_permille) / 1000.0 * (n - 1.0));
             out += &format!(
-                "| {} | {} | {:.0} | {:.2}× | {model:.2}× |\n",
-                p.payload_bytes, p.connections, p.timers_per_s, p.speedup
+                "| {} | {} | {:.0} | {:.2}× | {model:.2}× | {} |\n",
+                p.payload_bytes,
+                p.connections,
+                p.timers_per_s,
+                p.speedup,
+                p.disk_bytes_per_wal_byte
+                    .map_or_else(|| "–".to_owned(), |r| r.to_string())
             );
         }
         out += "\n";
@@ -914,7 +949,29 @@ mod tests {
             payload_bytes: PAYLOAD,
             timers_per_s: 1000.0 * speedup,
             speedup,
+            disk_bytes_per_wal_byte: None,
         }
+    }
+
+    #[test]
+    fn the_disk_per_wal_byte_is_the_median_of_the_drains_that_measured_it_and_at_least_one() {
+        let with = |ratio| ParallelDrain {
+            disk_bytes_per_wal_byte: ratio,
+            ..drain(2, 1.5)
+        };
+        assert_eq!(disk_bytes_per_wal_permille(&[]), 1000);
+        assert_eq!(disk_bytes_per_wal_permille(&[with(None)]), 1000);
+        assert_eq!(
+            disk_bytes_per_wal_permille(&[
+                with(Some(1.8)),
+                with(None),
+                with(Some(2.4)),
+                with(Some(2.0))
+            ]),
+            2000
+        );
+        // The WAL must reach the disk: a drain whose heap was written back later counts as one.
+        assert_eq!(disk_bytes_per_wal_permille(&[with(Some(0.7))]), 1000);
     }
 
     #[test]

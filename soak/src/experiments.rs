@@ -32,6 +32,10 @@ pub struct Finding {
     pub measured_on: String,
     #[serde(default)]
     pub rig: String,
+    /// The commit the soak was built from (`(dirty)` when the tree differed); empty in findings
+    /// written before 2026-12-05.
+    #[serde(default)]
+    pub commit: String,
     pub points: Vec<Point>,
 }
 
@@ -362,9 +366,11 @@ pub async fn run_all(
         findings.push(judge(&sweep, points));
     }
     let rig = rig.describe();
+    let commit = crate::rig::source_commit();
     for f in &mut findings {
         f.measured_on = measured_on.to_owned();
         f.rig.clone_from(&rig);
+        f.commit.clone_from(&commit);
     }
     Ok(findings)
 }
@@ -409,6 +415,7 @@ fn judge(sweep: &Sweep, points: Vec<Point>) -> Finding {
         measured_shipped: pairs.iter().any(|(v, _)| *v == sweep.shipped),
         measured_on: String::new(),
         rig: String::new(),
+        commit: String::new(),
         points,
     }
 }
@@ -603,6 +610,7 @@ async fn usage_cost(run: &Run<'_>) -> Result<Finding, String> {
         measured_shipped: true,
         measured_on: String::new(),
         rig: String::new(),
+        commit: String::new(),
         points,
     })
 }

@@ -12,6 +12,7 @@
 //! | [`agreement`] | `soak agreement`: the same scenarios in the calibrated sim and on this rig, side by side |
 //! | [`calibrate`] | `soak calibrate`: the simulation model's costs measured on this rig |
 //! | [`blocks`] | dated blocks in the house formula, and `apply-blocks` |
+//! | [`currency`] | `blocks --check`: which blocks were measured on the code in force |
 //! | [`bench`] | the sweeper against the physical limit; probe p99; peak RSS; idle cost |
 //! | [`report`] | `reports/<date>-<rig>/`: report.md, plots, JSON |
 //! | [`error`] | [`Error`]: what stopped a command, with its cause |
@@ -21,6 +22,7 @@ pub mod bench;
 pub mod blocks;
 pub mod brokers;
 pub mod calibrate;
+pub mod currency;
 pub mod db;
 pub mod error;
 pub mod experiments;

@@ -9,6 +9,7 @@
 //! soak agreement                    the same scenarios in the calibrated sim and on the rig: reports/agreement/<date>-<rig>/
 //! soak agreement --check DIR        the sim side again against DIR's rig numbers (no database; CI runs it)
 //! soak apply-blocks DIR             put DIR/blocks.sql in place of the markers in sql/
+//! soak blocks --check [--strict]    which blocks in sql/ were measured on the code in force
 //! soak report DIR                   rebuild DIR/report.md and its plots from the JSON there
 //! ```
 //!
@@ -111,6 +112,19 @@ enum Command {
         #[arg(long, default_value = "sql")]
         sql_dir: PathBuf,
     },
+    /// The dated blocks in force, and which of them were measured on the code in force (no
+    /// database).
+    Blocks {
+        /// List every block in sql/ as current or stale: stale when it names no commit, or
+        /// when a file its setting governs changed after the commit it names.
+        #[arg(long)]
+        check: bool,
+        /// Fail (exit 1) when a block is stale.
+        #[arg(long, requires = "check")]
+        strict: bool,
+        #[arg(long, default_value = "sql")]
+        sql_dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -122,6 +136,14 @@ fn main() -> ExitCode {
                 .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
                 .map_err(Error::Message),
         ),
+        Some(Command::Blocks {
+            check: true,
+            strict,
+            sql_dir,
+        }) => Some(blocks_check(sql_dir, *strict)),
+        Some(Command::Blocks { check: false, .. }) => Some(Err(Error::Message(
+            "soak blocks: say --check (the blocks are written by soak experiments)".into(),
+        ))),
         Some(Command::Agreement {
             resim: Some(dir),
             calibration,
@@ -289,7 +311,10 @@ async fn soak(cli: Cli) -> Result<(), Error> {
                 .unwrap_or_else(|| PathBuf::from("sim/calibration"));
             calibrate(&database.url, &rig, &date, &dir).await
         }
-        (Some(Command::ApplyBlocks { .. } | Command::Report { .. }), _) => {
+        (
+            Some(Command::ApplyBlocks { .. } | Command::Report { .. } | Command::Blocks { .. }),
+            _,
+        ) => {
             unreachable!("handled before the runtime starts")
         }
         (None, false) => {
@@ -303,6 +328,21 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             check_delivery(&runs)
         }
     }
+}
+
+/// `soak blocks --check`: a line per block; with `strict`, an error when any is stale.
+fn blocks_check(sql_dir: &Path, strict: bool) -> Result<Vec<String>, Error> {
+    let found = queen_soak::currency::check(Path::new("."), sql_dir).map_err(Error::Message)?;
+    let stale = found.iter().filter(|c| !c.is_current()).count();
+    let mut lines: Vec<String> = found.iter().map(|c| c.line()).collect();
+    lines.push(format!(
+        "blocks: {} current, {stale} stale (soak experiments measures them again)",
+        found.len() - stale
+    ));
+    if strict && stale > 0 {
+        return Err(Error::Broken(lines.join("\n")));
+    }
+    Ok(lines)
 }
 
 /// The simulation side's model: `--calibration FILE`, else the built-in calibration.

@@ -260,6 +260,9 @@ pub struct Sample {
     pub kv_bytes: i64,
     pub pending_timers: i64,
     pub expired_not_pruned: i64,
+    /// Bytes the machine's disks wrote in this second (WAL, and the heap's writeback).
+    #[serde(default)]
+    pub disk_bytes_per_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -630,6 +633,7 @@ impl Run<'_> {
         let mut series = Vec::with_capacity(w.seconds as usize);
         let mut killed_at = None;
         let mut last_lsn = db.wal_lsn().await?;
+        let mut last_disk = cpu::disk_bytes_written();
         let mut last = Counters::default();
         let mut last_pushes = 0;
         for t in 1..=w.seconds {
@@ -648,6 +652,7 @@ impl Run<'_> {
                 now.add(&broker.counters().await);
             }
             let lsn = db.wal_lsn().await?;
+            let disk = cpu::disk_bytes_written();
             let sizes = db.sizes().await?;
             let (push_p99, pushes) = {
                 let mut s = shared.lock().expect("not poisoned");
@@ -677,11 +682,16 @@ impl Run<'_> {
                 kv_bytes: sizes.kv_bytes + sizes.kv_index_bytes,
                 pending_timers: sizes.pending_timers,
                 expired_not_pruned: now.expired_not_pruned,
+                disk_bytes_per_s: match (disk, last_disk) {
+                    (Some(now), Some(before)) => now.saturating_sub(before) as f64,
+                    _ => 0.0,
+                },
             };
             if !self.quiet && t % 5 == 0 {
                 print_progress(w, &now, &sample);
             }
             last_lsn = lsn;
+            last_disk = disk;
             last = now;
             last_pushes = pushes;
             series.push(sample);

@@ -60,6 +60,17 @@ pub struct Costs {
     /// written before 2026-12-05.
     #[serde(default)]
     pub contention_permille: u32,
+    /// Bytes the disk writes per WAL byte while a backlog drains, per mille: the heap's pages
+    /// (the appended messages, their TOAST) are written back on the same disk while the WAL is
+    /// flushed, so a WAL byte costs this many bytes of the disk's bandwidth. The median over the
+    /// parallel drains (`/proc/diskstats` against the WAL position), at least 1000; 1000 in files
+    /// written before 2026-12-05, whose model charged the WAL alone.
+    #[serde(default = "one_per_mille")]
+    pub disk_bytes_per_wal_permille: u32,
+}
+
+fn one_per_mille() -> u32 {
+    1000
 }
 
 /// One call's fit: the model's formula against the medians measured at each size.
@@ -132,6 +143,10 @@ pub struct ParallelDrain {
     pub timers_per_s: f64,
     /// Its speed over one connection's.
     pub speedup: f64,
+    /// Disk bytes written per WAL byte during the drain, median over the repetitions (None in
+    /// files written before 2026-12-05, or where `/proc/diskstats` could not be read).
+    #[serde(default)]
+    pub disk_bytes_per_wal_byte: Option<f64>,
 }
 
 impl Calibration {

@@ -88,6 +88,37 @@ fn parse_machine_busy_ticks(text: &str) -> Option<u64> {
     (fields.len() >= 8).then(|| busy.iter().map(|&i| fields[i]).sum())
 }
 
+/// Bytes the machine's disks have written so far (`/proc/diskstats`, sectors of 512 bytes),
+/// whole disks only: partitions, device-mapper, loop and RAM devices would count a write twice
+/// or are not storage.
+pub fn disk_bytes_written() -> Option<u64> {
+    let disks: Vec<String> = std::fs::read_dir("/sys/block")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    parse_disk_bytes_written(&std::fs::read_to_string("/proc/diskstats").ok()?, &disks)
+}
+
+fn parse_disk_bytes_written(text: &str, disks: &[String]) -> Option<u64> {
+    let counted = |name: &str| {
+        disks.iter().any(|d| d == name)
+            && !["loop", "ram", "zram", "dm-", "md"]
+                .iter()
+                .any(|p| name.starts_with(p))
+    };
+    let mut total = 0u64;
+    let mut seen = false;
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // major minor name reads merged sectors-read ms writes merged sectors-written ...
+        if fields.len() >= 10 && counted(fields[2]) {
+            total += fields[9].parse::<u64>().ok()? * 512;
+            seen = true;
+        }
+    }
+    seen.then_some(total)
+}
+
 fn clock_ticks() -> Option<f64> {
     // SAFETY: sysconf reads a constant of the system; it has no preconditions.
     #[allow(unsafe_code)]
@@ -178,6 +209,14 @@ fn at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disks_written_are_whole_disks_in_sectors_of_512_bytes() {
+        let stats = "   7 0 loop0 5 0 10 0 7 0 999 0 0 0 0\n 254 0 vda 41 19 53 17 318 48 2000 96 0 46 125\n 254 1 vda1 41 19 53 17 318 48 1500 96 0 46 125\n 253 0 zram0 0 0 0 0 9 0 77 0 0 0 0\n";
+        let disks: Vec<String> = ["loop0", "vda", "zram0"].map(String::from).to_vec();
+        assert_eq!(parse_disk_bytes_written(stats, &disks), Some(2_000 * 512));
+        assert_eq!(parse_disk_bytes_written(stats, &["loop0".to_owned()]), None);
+    }
 
     #[test]
     fn the_machine_is_busy_in_everything_but_idle_and_iowait() {
