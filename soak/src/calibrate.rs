@@ -140,7 +140,6 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
     };
     let (mut costs, fits) = fit(&measured, &drain, &push, &kv);
     costs.contention_permille = contention_permille(&parallel, measured.cores);
-    costs.disk_bytes_per_wal_permille = disk_bytes_per_wal_permille(&parallel);
     let push_lock_hold_us = Spread::of_values(
         push.0
             .iter()
@@ -182,20 +181,6 @@ fn contention_permille(parallel: &[ParallelDrain], cores: u32) -> u32 {
         return 0;
     }
     (median(&each) * 1000.0).round() as u32
-}
-
-/// Disk bytes per WAL byte, per mille: the median over every parallel drain that measured it,
-/// never under 1000 (the WAL itself must reach the disk; a smaller count means the heap's
-/// writeback came after the drain).
-fn disk_bytes_per_wal_permille(parallel: &[ParallelDrain]) -> u32 {
-    let each: Vec<f64> = parallel
-        .iter()
-        .filter_map(|p| p.disk_bytes_per_wal_byte)
-        .collect();
-    if each.is_empty() {
-        return 1000;
-    }
-    ((median(&each) * 1000.0).round() as u32).max(1000)
 }
 
 /// A backlog of [`DRAINING`] due timers drained by takes of 200 on 1, 2, 3 and 5 connections at
@@ -780,7 +765,6 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         claim_wal_bytes_per_row: claim_wal,
         cores: m.cores,
         contention_permille: 0,
-        disk_bytes_per_wal_permille: 1000,
     };
     let c = costs;
     let model_wal =
@@ -899,8 +883,8 @@ pub fn summary(c: &Calibration) -> String {
     );
     if !c.parallel_drain.is_empty() {
         out += &format!(
-            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains; the disk writes {}‰ of a WAL byte per WAL byte, the median of the drains):\n\n| payload B | connections | timers/s | over one | model | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|\n",
-            k.cores, k.contention_permille, k.disk_bytes_per_wal_permille
+            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains; the disk's bytes per WAL byte are a diagnostic, not in the model):\n\n| payload B | connections | timers/s | over one | model | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|\n",
+            k.cores, k.contention_permille
         );
         for p in &c.parallel_drain {
             let n = f64::from(p.connections);
@@ -951,27 +935,6 @@ mod tests {
             speedup,
             disk_bytes_per_wal_byte: None,
         }
-    }
-
-    #[test]
-    fn the_disk_per_wal_byte_is_the_median_of_the_drains_that_measured_it_and_at_least_one() {
-        let with = |ratio| ParallelDrain {
-            disk_bytes_per_wal_byte: ratio,
-            ..drain(2, 1.5)
-        };
-        assert_eq!(disk_bytes_per_wal_permille(&[]), 1000);
-        assert_eq!(disk_bytes_per_wal_permille(&[with(None)]), 1000);
-        assert_eq!(
-            disk_bytes_per_wal_permille(&[
-                with(Some(1.8)),
-                with(None),
-                with(Some(2.4)),
-                with(Some(2.0))
-            ]),
-            2000
-        );
-        // The WAL must reach the disk: a drain whose heap was written back later counts as one.
-        assert_eq!(disk_bytes_per_wal_permille(&[with(Some(0.7))]), 1000);
     }
 
     #[test]

@@ -55,22 +55,11 @@ pub struct Costs {
     pub cores: u32,
     /// What each other statement wanting the CPU adds to a statement's time, per mille: with
     /// n statements on or waiting for the cores, each takes `1 + n-1 × this / 1000` times its
-    /// cost. Fitted from the parallel drains (in sim/calibration/2026-12-05-2c-24g-pg15.json, 2
+    /// cost. Fitted from the parallel drains (the calibration measured at 48b79a3: 2
     /// connections drained 1.43× as fast as one, 3 only 1.24× and 5 1.06×: 300); 0 in files
     /// written before 2026-12-05.
     #[serde(default)]
     pub contention_permille: u32,
-    /// Bytes the disk writes per WAL byte while a backlog drains, per mille: the heap's pages
-    /// (the appended messages, their TOAST) are written back on the same disk while the WAL is
-    /// flushed, so a WAL byte costs this many bytes of the disk's bandwidth. The median over the
-    /// parallel drains (`/proc/diskstats` against the WAL position), at least 1000; 1000 in files
-    /// written before 2026-12-05, whose model charged the WAL alone.
-    #[serde(default = "one_per_mille")]
-    pub disk_bytes_per_wal_permille: u32,
-}
-
-fn one_per_mille() -> u32 {
-    1000
 }
 
 /// One call's fit: the model's formula against the medians measured at each size.
@@ -144,7 +133,9 @@ pub struct ParallelDrain {
     /// Its speed over one connection's.
     pub speedup: f64,
     /// Disk bytes written per WAL byte during the drain, median over the repetitions (None in
-    /// files written before 2026-12-05, or where `/proc/diskstats` could not be read).
+    /// files written before 2026-12-05, or where `/proc/diskstats` could not be read). Not in
+    /// the model: it measures the heap's writeback of earlier steps as much as this drain's
+    /// (2.2-2.3 here at 512 B, where the agreement's drains saw 1.05-1.15).
     #[serde(default)]
     pub disk_bytes_per_wal_byte: Option<f64>,
 }

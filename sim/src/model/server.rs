@@ -151,17 +151,12 @@ impl Db {
     }
 
     /// Writes `bytes` through the one WAL and waits for their flush, as a commit does: waits
-    /// for the writers before it, takes bytes × disk bytes per WAL byte / bandwidth, then waits
-    /// for a flush that covers its position.
+    /// for the writers before it, takes bytes / bandwidth, then waits for a flush that covers
+    /// its position.
     pub(crate) async fn write_wal(&self, bytes: u64) {
         let position = {
             let _wal = self.wal.lock().await;
-            // The disk also writes the heap back while the WAL flushes: a WAL byte costs
-            // `disk_bytes_per_wal_permille` of the bandwidth measured writing the WAL alone.
-            let disk_bytes = bytes
-                .saturating_mul(u64::from(self.costs.disk_bytes_per_wal_permille.max(1000)))
-                / 1000;
-            let micros = disk_bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
+            let micros = bytes.saturating_mul(1_000_000) / self.costs.wal_bytes_per_s.max(1);
             self.spend(micros).await;
             self.with(|t| {
                 t.wal_bytes += bytes;
@@ -729,27 +724,6 @@ mod tests {
         // Without contention, the cores alone: two side by side, the third after the first.
         assert_eq!(together(&self::db(2, 0), 3).await, [10_000, 10_000, 20_000]);
         assert_eq!(db.cpu_demand.load(std::sync::atomic::Ordering::SeqCst), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_wal_byte_costs_the_disk_bytes_written_with_it() {
-        let wal = |permille| {
-            Db::new(
-                Costs {
-                    wal_bytes_per_s: 1_000_000,
-                    flush_us: 0,
-                    disk_bytes_per_wal_permille: permille,
-                    ..crate::calibration::builtin().costs
-                },
-                1,
-            )
-        };
-        for (permille, ms) in [(1000, 10), (2500, 25), (0, 10)] {
-            let db = wal(permille);
-            let start = queen_sweeper::clock::tokio_now();
-            db.write_wal(10_000).await;
-            assert_eq!(start.elapsed().as_millis(), ms, "{permille}‰");
-        }
     }
 
     /// Simulated µs `n` spends of `micros`, one after another, took.
