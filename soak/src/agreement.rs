@@ -449,6 +449,9 @@ pub struct Row {
     /// Allowed relative difference (0.25: ±25%).
     pub tolerance: f64,
     pub within: bool,
+    /// The rig's lowest and highest value over its repetitions, when it ran several.
+    #[serde(default)]
+    pub rig_range: Option<(f64, f64)>,
 }
 
 impl Row {
@@ -462,6 +465,7 @@ impl Row {
             ratio: (ratio * 100.0).round() / 100.0,
             tolerance,
             within,
+            rig_range: None,
         }
     }
 }
@@ -472,10 +476,33 @@ pub struct CaseResult {
     pub name: String,
     pub what: String,
     pub workload: Workload,
+    /// The rig's repetition with the median drain rate (its plot, its CPU and disk lines).
     pub rig: Side,
+    /// Every repetition on the rig; empty in reports written before 2026-12-05's `--reps`
+    /// (their one run is `rig`).
+    #[serde(default)]
+    pub rig_reps: Vec<Side>,
     /// One per seed of [`SEEDS`].
     pub sim: Vec<Side>,
     pub rows: Vec<Row>,
+}
+
+impl CaseResult {
+    /// The rig's repetitions (the one run, in reports from before repetitions).
+    pub fn rig_sides(&self) -> &[Side] {
+        if self.rig_reps.is_empty() {
+            std::slice::from_ref(&self.rig)
+        } else {
+            &self.rig_reps
+        }
+    }
+}
+
+/// The repetition whose drain rate is the median (the lower middle of an even count).
+fn median_rep(reps: &[Side]) -> Option<&Side> {
+    let mut order: Vec<&Side> = reps.iter().collect();
+    order.sort_by(|a, b| a.drain_per_s.total_cmp(&b.drain_per_s));
+    order.get(order.len().saturating_sub(1) / 2).copied()
 }
 
 /// The median of `f` over the simulation's seeds.
@@ -484,43 +511,50 @@ fn sim_median(sim: &[Side], f: impl Fn(&Side) -> f64) -> f64 {
 }
 
 /// The rows of a case: the metrics its scenario is about.
-fn rows(name: &str, rig: &Side, sim: &[Side]) -> Vec<Row> {
+/// The table of one case: each metric's median over the simulation's seeds against its median
+/// over the rig's repetitions (with their range when there are several).
+fn rows(name: &str, rigs: &[Side], sim: &[Side]) -> Vec<Row> {
     let mut rows = Vec::new();
-    let m = |f: &dyn Fn(&Side) -> f64| (sim_median(sim, f), f(rig));
+    let mut push = |metric: &str, f: &dyn Fn(&Side) -> f64, tolerance: f64| {
+        let mut row = Row::new(metric, sim_median(sim, f), sim_median(rigs, f), tolerance);
+        if rigs.len() > 1 {
+            let values: Vec<f64> = rigs.iter().map(f).collect();
+            row.rig_range = Some((
+                values.iter().copied().fold(f64::INFINITY, f64::min),
+                values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ));
+        }
+        rows.push(row);
+    };
     if name.starts_with("crash") {
-        let kill = |f: &dyn Fn(&KillSide) -> f64| {
-            let of = |x: &Side| x.kill.as_ref().map_or(0.0, f);
-            (sim_median(sim, of), of(rig))
-        };
-        let (s, r) = kill(&|k| k.overdue as f64);
-        rows.push(Row::new(
+        let kill = |f: fn(&KillSide) -> f64| move |x: &Side| x.kill.as_ref().map_or(0.0, f);
+        push(
             "timers due before the kill, fired after it",
-            s,
-            r,
+            &kill(|k| k.overdue as f64),
             0.5,
-        ));
-        let (s, r) = kill(&|k| k.lateness_ms.p50);
-        rows.push(Row::new("their lateness p50, ms", s, r, 0.25));
-        let (s, r) = kill(&|k| k.lateness_ms.p99);
-        rows.push(Row::new("their lateness p99, ms", s, r, 0.5));
-        let (s, r) = kill(&|k| k.last_fired_after_ms);
-        rows.push(Row::new("the last of them, ms after the kill", s, r, 0.5));
+        );
+        push("their lateness p50, ms", &kill(|k| k.lateness_ms.p50), 0.25);
+        push("their lateness p99, ms", &kill(|k| k.lateness_ms.p99), 0.5);
+        push(
+            "the last of them, ms after the kill",
+            &kill(|k| k.last_fired_after_ms),
+            0.5,
+        );
         return rows;
     }
     if !name.starts_with("spin") {
-        let (s, r) = m(&|x| x.drain_per_s);
         if name != "steady" {
-            rows.push(Row::new("drain rate, timers/s", s, r, 0.25));
+            push("drain rate, timers/s", &|x| x.drain_per_s, 0.25);
         }
-        let (s, r) = m(&|x| x.lateness_ms.p50);
-        rows.push(Row::new("lateness p50, ms", s, r, 0.25));
-        let (s, r) = m(&|x| x.lateness_ms.p99);
-        rows.push(Row::new("lateness p99, ms", s, r, 0.5));
+        push("lateness p50, ms", &|x| x.lateness_ms.p50, 0.25);
+        push("lateness p99, ms", &|x| x.lateness_ms.p99, 0.5);
     }
-    let (s, r) = m(&|x| x.stale_segments as f64);
-    rows.push(Row::new("stale segments", s, r, 0.5));
-    let (s, r) = m(&|x| x.polling_per_s_per_broker);
-    rows.push(Row::new("probe+claim+take calls/s per broker", s, r, 0.5));
+    push("stale segments", &|x| x.stale_segments as f64, 0.5);
+    push(
+        "probe+claim+take calls/s per broker",
+        &|x| x.polling_per_s_per_broker,
+        0.5,
+    );
     rows
 }
 
@@ -553,9 +587,14 @@ pub struct Agreement {
 
 /// Runs the simulation side of `w` on every seed, on a thread of its own (turmoil builds its
 /// own runtime, which cannot nest in this one).
-fn simulate(w: &Workload, costs: Costs, rig: &Side) -> Result<Vec<Side>, Error> {
+/// A crash case is killed at the rig's kill instant (the median over its repetitions).
+fn simulate(w: &Workload, costs: Costs, rigs: &[Side]) -> Result<Vec<Side>, Error> {
     let w = w.clone();
-    let kill = rig.kill.as_ref().map(|k| k.after_due_ms);
+    let instants: Vec<f64> = rigs
+        .iter()
+        .filter_map(|r| r.kill.as_ref().map(|k| k.after_due_ms))
+        .collect();
+    let kill = (!instants.is_empty()).then(|| Spread::of_values(instants).p50);
     std::thread::spawn(move || {
         SEEDS
             .iter()
@@ -568,6 +607,8 @@ fn simulate(w: &Workload, costs: Costs, rig: &Side) -> Result<Vec<Side>, Error> 
 
 /// Runs every case on the rig and in the simulation.
 /// `only`: the names of the cases to run (empty: every case); an unknown name is an error.
+/// `reps_each`: the rig runs each case this many times (at least once); its rows are medians.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     run: &Run<'_>,
     commit: &str,
@@ -575,7 +616,9 @@ pub async fn run(
     date: &str,
     only: &[String],
     model: &Model,
+    reps_each: u32,
 ) -> Result<Agreement, Error> {
+    let reps_each = reps_each.max(1);
     let costs = model.costs;
     let mut cases_out = Vec::new();
     let all = selected(cases(), only)?;
@@ -595,19 +638,29 @@ pub async fn run(
             case.name,
             case.what
         );
-        let result = run
-            .execute(
-                &case.workload,
-                &format!("agree_{}", case.name.replace('-', "_")),
-            )
-            .await?;
-        if result.duplicates != 0 || result.never_fired != 0 || result.fired_early != 0 {
-            return Err(Error::Message(format!(
-                "agreement {}: {} duplicated, {} never fired, {} fired early",
-                case.name, result.duplicates, result.never_fired, result.fired_early
-            )));
+        let mut reps = Vec::new();
+        for rep in 1..=reps_each {
+            if reps_each > 1 {
+                eprintln!(
+                    "soak: agreement: {}: repetition {rep} of {reps_each}",
+                    case.name
+                );
+            }
+            let result = run
+                .execute(
+                    &case.workload,
+                    &format!("agree_{}", case.name.replace('-', "_")),
+                )
+                .await?;
+            if result.duplicates != 0 || result.never_fired != 0 || result.fired_early != 0 {
+                return Err(Error::Message(format!(
+                    "agreement {}: {} duplicated, {} never fired, {} fired early",
+                    case.name, result.duplicates, result.never_fired, result.fired_early
+                )));
+            }
+            reps.push(Side::of_rig(&result));
         }
-        let rig_side = Side::of_rig(&result);
+        let rig_side = median_rep(&reps).expect("at least one repetition").clone();
         if let Some(ratio) = rig_side.disk_bytes_per_wal_byte {
             eprintln!(
                 "soak: agreement: {}: rig disk bytes per WAL byte while firing: {ratio}",
@@ -623,8 +676,8 @@ pub async fn run(
                 cpu.other_cores()
             );
         }
-        let sim = simulate(&case.workload, costs, &rig_side)?;
-        let rows = rows(&case.name, &rig_side, &sim);
+        let sim = simulate(&case.workload, costs, &reps)?;
+        let rows = rows(&case.name, &reps, &sim);
         for row in &rows {
             eprintln!(
                 "soak: agreement: {}: {}: sim {} rig {} ({}×){}",
@@ -641,6 +694,7 @@ pub async fn run(
             what: case.what.into(),
             workload: case.workload.clone(),
             rig: rig_side,
+            rig_reps: reps,
             sim,
             rows,
         });
@@ -710,7 +764,7 @@ fn verdicts(cases: &[CaseResult]) -> (Vec<Verdict>, (Option<u64>, Option<u64>)) 
     let stale = |c: &CaseResult| {
         (
             sim_median(&c.sim, |s| s.stale_segments as f64) > 0.0,
-            c.rig.stale_segments > 0,
+            sim_median(c.rig_sides(), |s| s.stale_segments as f64) > 0.0,
         )
     };
     let mut out = Vec::new();
@@ -738,12 +792,12 @@ fn verdicts(cases: &[CaseResult]) -> (Vec<Verdict>, (Option<u64>, Option<u64>)) 
             expectation:
                 "the floor after an empty claim polls more than twice as often as the band".into(),
             sim: spins(&|c| sim_median(&c.sim, |s| s.polling_per_s_per_broker)),
-            rig: spins(&|c| c.rig.polling_per_s_per_broker),
+            rig: spins(&|c| sim_median(c.rig_sides(), |s| s.polling_per_s_per_broker)),
         });
     }
     let last_after_kill = |c: &CaseResult| {
         let of = |x: &Side| x.kill.as_ref().map_or(0.0, |k| k.last_fired_after_ms);
-        (sim_median(&c.sim, of), of(&c.rig))
+        (sim_median(&c.sim, of), sim_median(c.rig_sides(), of))
     };
     let lease = CRASH_LEASE_MS as f64;
     if let Some(c) = find("crash-take") {
@@ -755,17 +809,17 @@ fn verdicts(cases: &[CaseResult]) -> (Vec<Verdict>, (Option<u64>, Option<u64>)) 
         });
     }
     if let Some(c) = find("crash-leased") {
-        // Whether the broker held claimed rows when it died depends on the kill's phase: the
-        // simulation strands claims if any of its phases does.
+        // Whether the broker held claimed rows when it died depends on the kill's phase: each
+        // side strands claims if any of its phases (sim) or repetitions (rig) does.
         let stranded = |x: &Side| {
             x.kill
                 .as_ref()
                 .is_some_and(|k| k.last_fired_after_ms >= lease / 2.0)
         };
         out.push(Verdict {
-            expectation: "on the leased path, a broker killed while it holds claimed rows leaves them for the lease (the last fires at least half a lease after the kill; sim: in any of its crash phases)".into(),
+            expectation: "on the leased path, a broker killed while it holds claimed rows leaves them for the lease (the last fires at least half a lease after the kill, in any of the sim's crash phases or the rig's repetitions)".into(),
             sim: c.sim.iter().any(stranded),
-            rig: stranded(&c.rig),
+            rig: c.rig_sides().iter().any(stranded),
         });
     }
     let edge = |side: &dyn Fn(&CaseResult) -> bool| {
@@ -835,45 +889,68 @@ pub fn write_report(dir: &Path, a: &Agreement) -> Result<(), Error> {
 /// One case's section of the report: what ran, its rows, its plot (written beside it).
 fn case_section(dir: &Path, c: &CaseResult) -> Result<String, Error> {
     let mut md = String::new();
+    let rigs = c.rig_sides();
     md += &format!(
-        "## {}\n\n{}. Rig: {} fired, due within {} ms, {} failed schedule call(s); sim: {:?} fired by seed, due within {:?} ms.\n\n| metric | sim | rig | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---|\n",
+        "## {}\n\n{}. Rig ({} run(s), the rows their medians): {:?} fired, due within {:?} ms, {} failed schedule call(s); sim: {:?} fired by seed, due within {:?} ms.\n\n",
         c.name,
         c.what,
-        c.rig.fired,
-        c.rig.due_width_ms,
-        c.rig.schedule_failures,
+        rigs.len(),
+        rigs.iter().map(|s| s.fired).collect::<Vec<_>>(),
+        rigs.iter().map(|s| s.due_width_ms).collect::<Vec<_>>(),
+        rigs.iter().map(|s| s.schedule_failures).sum::<u64>(),
         c.sim.iter().map(|s| s.fired).collect::<Vec<_>>(),
         c.sim.iter().map(|s| s.due_width_ms).collect::<Vec<_>>()
     );
-    if let Some(k) = &c.rig.kill {
+    if c.rig.kill.is_some() {
         md += &format!(
-            "The kill landed {} ms after the instant on the rig, {:?} ms in the sim.\n\n",
-            k.after_due_ms,
+            "The kill landed {:?} ms after the instant on the rig, {:?} ms in the sim.\n\n",
+            rigs.iter()
+                .map(|s| s.kill.as_ref().map_or(0.0, |k| k.after_due_ms))
+                .collect::<Vec<_>>(),
             c.sim
                 .iter()
                 .map(|s| s.kill.as_ref().map_or(0.0, |k| k.after_due_ms))
                 .collect::<Vec<_>>()
         );
     }
-    if let Some(ratio) = c.rig.disk_bytes_per_wal_byte {
+    let disk: Vec<f64> = rigs
+        .iter()
+        .filter_map(|s| s.disk_bytes_per_wal_byte)
+        .collect();
+    if !disk.is_empty() {
         md += &format!(
-            "Rig disk bytes written per WAL byte over the seconds that fired: {ratio}.\n\n"
+            "Rig disk bytes written per WAL byte over the seconds that fired, by run: {disk:?}.\n\n"
         );
     }
-    if let Some(cpu) = &c.rig.cpu_while_firing {
+    let cpu: Vec<String> = rigs
+        .iter()
+        .filter_map(|s| s.cpu_while_firing.as_ref())
+        .map(|c| {
+            format!(
+                "{} and {} over {} s",
+                c.server_cores,
+                c.other_cores(),
+                c.seconds
+            )
+        })
+        .collect();
+    if !cpu.is_empty() {
         md += &format!(
-            "Rig cores busy from the first fire to the last ({} s): the server {}, everything else (brokers, load) {}.\n\n",
-            cpu.seconds,
-            cpu.server_cores,
-            cpu.other_cores()
+            "Rig cores busy from the first fire to the last, the server's and everything else's (brokers, load), by run: {}.\n\n",
+            cpu.join("; ")
         );
     }
+    md += "| metric | sim | rig | rig min-max | sim/rig | tolerance | |\n|---|---:|---:|---:|---:|---:|---|\n";
     for r in &c.rows {
         md += &format!(
-            "| {} | {} | {} | {} | ±{:.0}% | {} |\n",
+            "| {} | {} | {} | {} | {} | ±{:.0}% | {} |\n",
             r.metric,
             r.sim,
             r.rig,
+            r.rig_range.map_or_else(
+                || "–".to_owned(),
+                |(lo, hi)| format!("{} – {}", round1(lo), round1(hi))
+            ),
             if r.rig == 0.0 && r.sim != 0.0 {
                 "n/a".to_owned()
             } else {
@@ -925,8 +1002,11 @@ pub fn check(dir: &Path, model: &Model) -> Result<Vec<String>, Error> {
     let costs = model.costs;
     let mut broken = Vec::new();
     for case in &stored.cases {
-        let sim = simulate(&case.workload, costs, &case.rig)?;
-        for (now, then) in rows(&case.name, &case.rig, &sim).iter().zip(&case.rows) {
+        let sim = simulate(&case.workload, costs, case.rig_sides())?;
+        for (now, then) in rows(&case.name, case.rig_sides(), &sim)
+            .iter()
+            .zip(&case.rows)
+        {
             println!(
                 "{}: {}: sim {} (stored {}), rig {}{}",
                 case.name,
@@ -970,8 +1050,8 @@ pub fn resim(dir: &Path, commit: &str, model: &Model) -> Result<Agreement, Error
             )));
         }
         eprintln!("soak: agreement --resim: {}", case.name);
-        case.sim = simulate(&case.workload, costs, &case.rig)?;
-        case.rows = rows(&case.name, &case.rig, &case.sim);
+        case.sim = simulate(&case.workload, costs, case.rig_sides())?;
+        case.rows = rows(&case.name, case.rig_sides(), &case.sim);
     }
     let (verdicts, edges) = verdicts(&a.cases);
     a.verdicts = verdicts;

@@ -103,6 +103,10 @@ enum Command {
         /// committed one, built in).
         #[arg(long, value_name = "FILE")]
         calibration: Option<PathBuf>,
+        /// Runs of each case on the rig; its rows are the medians (this rig's drains vary by
+        /// about 20% from run to run).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+        reps: u32,
     },
     /// Rebuild DIR/report.md and its plots from the JSON there (no database).
     Report { dir: PathBuf },
@@ -282,7 +286,10 @@ async fn soak(cli: Cli) -> Result<(), Error> {
         }
         (
             Some(Command::Agreement {
-                only, calibration, ..
+                only,
+                calibration,
+                reps,
+                ..
             }),
             _,
         ) => {
@@ -297,9 +304,16 @@ async fn soak(cli: Cli) -> Result<(), Error> {
                 PathBuf::from(format!("reports/agreement/{date}-{}", rig.label()))
             });
             let commit = queen_soak::rig::source_commit();
-            let agreement =
-                queen_soak::agreement::run(&run, &commit, &rig.describe(), &date, only, &model)
-                    .await?;
+            let agreement = queen_soak::agreement::run(
+                &run,
+                &commit,
+                &rig.describe(),
+                &date,
+                only,
+                &model,
+                *reps,
+            )
+            .await?;
             queen_soak::agreement::write_report(&dir, &agreement)?;
             println!("wrote {}", dir.join("report.md").display());
             Ok(())
