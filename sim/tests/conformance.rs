@@ -348,7 +348,7 @@ where
     F: FnOnce(Model) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let db = Db::new(queen_sim::calibration::builtin().costs);
+    let db = Db::new(queen_sim::calibration::builtin().costs, 1);
     let mut sim = turmoil::Builder::new()
         .rng_seed(1)
         .epoch(SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600))

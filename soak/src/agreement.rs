@@ -1159,6 +1159,7 @@ mod tests {
                 what: name.into(),
                 workload,
                 rig: side(0, 0.0),
+                rig_reps: Vec::new(),
                 sim: Vec::new(),
                 rows: Vec::new(),
             }],
@@ -1261,9 +1262,61 @@ mod tests {
             what: String::new(),
             workload: Workload::quiet(name, 1),
             rig,
+            rig_reps: Vec::new(),
             sim: vec![sim.clone(), sim.clone(), sim],
             rows: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_rig_s_rows_are_medians_of_its_runs_with_their_range_and_a_verdict_reads_every_run() {
+        let run = |drain: f64, stale: u64| Side {
+            drain_per_s: drain,
+            ..side(stale, 1.0)
+        };
+        let reps = vec![run(9_000.0, 0), run(6_000.0, 4), run(7_000.0, 56)];
+        assert_eq!(median_rep(&reps).map(|s| s.drain_per_s), Some(7_000.0));
+        let r = rows("livelock-take", &reps, &[run(7_500.0, 0)]);
+        let drain = r
+            .iter()
+            .find(|r| r.metric.starts_with("drain"))
+            .expect("drain row");
+        assert_eq!(
+            (drain.rig, drain.rig_range),
+            (7_000.0, Some((6_000.0, 9_000.0)))
+        );
+        assert!(drain.within, "7 500 is within 25% of the median 7 000");
+        let stale = r
+            .iter()
+            .find(|r| r.metric == "stale segments")
+            .expect("stale row");
+        assert_eq!((stale.rig, stale.rig_range), (4.0, Some((0.0, 56.0))));
+        // One run: no range.
+        let one = rows("livelock-take", &reps[..1], &[run(7_500.0, 0)]);
+        assert!(one.iter().all(|r| r.rig_range.is_none()));
+
+        // A stranded claim in any rig run decides the leased crash verdict on the rig side.
+        let mut c = case(
+            "crash-leased",
+            killed(10, 5.0, 900.0),
+            killed(10, 5.0, 3_000.0),
+        );
+        c.rig_reps = vec![
+            killed(10, 5.0, 900.0),
+            killed(10, 5.0, 3_990.0),
+            killed(10, 5.0, 1_100.0),
+        ];
+        let (any_run, _) = verdicts(&[c.clone()]);
+        assert_eq!(
+            verdict_on(&any_run, "leaves them for the lease"),
+            (true, true)
+        );
+        c.rig_reps.truncate(1);
+        let (one_run, _) = verdicts(&[c]);
+        assert_eq!(
+            verdict_on(&one_run, "leaves them for the lease"),
+            (true, false)
+        );
     }
 
     #[test]
@@ -1313,7 +1366,11 @@ mod tests {
     #[test]
     fn a_crash_case_compares_the_timers_the_kill_delayed_and_its_verdicts_read_the_last_fire() {
         let rig = killed(200, 1000.0, 3_000.0);
-        let r = rows("crash-leased", &rig, &vec![killed(250, 1300.0, 4_400.0); 3]);
+        let r = rows(
+            "crash-leased",
+            std::slice::from_ref(&rig),
+            &vec![killed(250, 1300.0, 4_400.0); 3],
+        );
         let named: Vec<(&str, bool)> = r.iter().map(|r| (r.metric.as_str(), r.within)).collect();
         assert_eq!(
             named,

@@ -170,20 +170,7 @@ pub fn apply(dir: &Path, sql_dir: &Path) -> Result<Vec<String>, String> {
     if blocks.is_empty() {
         return Err(format!("{} holds no blocks", blocks_path.display()));
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(sql_dir)
-        .map_err(|e| format!("cannot read {}: {e}", sql_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-        .collect();
-    files.sort();
-    let mut contents: Vec<(PathBuf, String)> = files
-        .into_iter()
-        .map(|p| {
-            std::fs::read_to_string(&p)
-                .map(|c| (p.clone(), c))
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))
-        })
-        .collect::<Result<_, _>>()?;
+    let mut contents = sql_files(sql_dir)?;
     let mut applied = Vec::new();
     for block in &blocks {
         let mut found = false;
@@ -213,6 +200,24 @@ pub fn apply(dir: &Path, sql_dir: &Path) -> Result<Vec<String>, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(applied)
+}
+
+/// Every `.sql` file of `sql_dir` with its text, in name order.
+pub fn sql_files(sql_dir: &Path) -> Result<Vec<(PathBuf, String)>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(sql_dir)
+        .map_err(|e| format!("cannot read {}: {e}", sql_dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            std::fs::read_to_string(&p)
+                .map(|c| (p.clone(), c))
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))
+        })
+        .collect()
 }
 
 /// The file with `block` in place of its setting's marker or older block, if the file has one.

@@ -165,16 +165,8 @@ fn block_date(block: &Block) -> String {
 /// Every dated block in the `.sql` files of `sql_dir`, judged against the history of the git
 /// repository at `repo` (the paths in [`GOVERNS`] are relative to it).
 pub fn check(repo: &Path, sql_dir: &Path) -> Result<Vec<Currency>, String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(sql_dir)
-        .map_err(|e| format!("cannot read {}: {e}", sql_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    for (file, text) in blocks::sql_files(sql_dir)? {
         let found = blocks::find_in_sql(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         for block in found {
             let governed = governed(&block.setting).ok_or_else(|| {

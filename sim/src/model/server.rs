@@ -693,8 +693,8 @@ mod tests {
         )
     }
 
-    /// Simulated µs each of `n` statements of 10 ms, started together, took (whole
-    /// milliseconds: tokio's timer, like the simulation's 1 ms tick, rounds a sleep up to one).
+    /// Simulated µs each of `n` statements of 10 ms, started together, took (the stretched times
+    /// here are whole milliseconds, so no rounding draw moves them).
     async fn together(db: &Arc<Db>, n: usize) -> Vec<u128> {
         let start = queen_sweeper::clock::tokio_now();
         let tasks: Vec<_> = (0..n)
