@@ -17,6 +17,33 @@
 -- measurement; only a soak on a test rig is (`soak experiments`, which writes
 -- reports/<date>-<rig>/blocks.sql, and `soak apply-blocks <dir>`, which replaces the markers).
 --
+-- A block also names the commit the soak was built from (`--   commit:`; `soak blocks --check`
+-- calls a block stale once a file its setting governs changes its code after that commit), and,
+-- since 2026-12-05, the decision its numbers gave (`--   decision:`).
+--
+-- THE DECISION RULE (applied by code: soak/src/experiments.rs, `decide`; nowhere else)
+--
+-- Each experiment measures both sides of its setting's trade-off: side 1 is the symptom the
+-- setting exists for, the others what pushing the value away from that symptom costs. Every
+-- value is run at least three times; a side's number for a value is the median of its runs, and
+-- each side states when a median is safe (zero stale segments, within 10% of the best drain, at
+-- most twice the least lateness, ...).
+--   1. The edge of side 1 is the measured value where its symptom stops: the smallest safe value
+--      when small values show it, the largest when large ones do.
+--   2. The margin: the edge itself when it is resolved (the min-max range of its runs clears the
+--      range of its neighbour on the symptom side); one measured step further into the safe side
+--      when it is not (the ranges overlap, or the sweep never showed the symptom).
+--   3. From there, moving further into the safe side, the shipped value is the first measured
+--      value that every other side measured and found safe, and that the sweeper's config accepts
+--      with every other knob at its default.
+--   4. No such value: no decision. The block says why (`decision: none`), `soak apply-blocks`
+--      refuses it, and the value in force stays until a person decides.
+--   A side with no edge to seek (a cost that only has to stay acceptable, as a table's size under
+--   a fillfactor) keeps the shipped value when it is safe on every side.
+-- `soak apply-blocks <dir>` writes each block here and the value it decided as the knob's default
+-- in sweeper/src/config.rs, together, or writes nothing and says why; a test
+-- (`every_block_in_sql_records_the_default_the_sweeper_ships`) fails when the two disagree.
+--
 -- A setting that has not been measured yet carries exactly one marker line, which the soak
 -- replaces with its block:
 --

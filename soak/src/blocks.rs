@@ -34,52 +34,70 @@ impl Block {
 }
 
 /// The blocks for `findings`, each dated and described by the run that measured it; a finding
-/// without its own (written before findings carried them) falls back to `date` and `rig`.
+/// without its own (written before findings carried them) falls back to `date` and `rig`. A
+/// block's value is the one the decision rule gives; when it gives none, the value in force,
+/// with a `decision: none` line that `apply-blocks` refuses.
 pub fn blocks(findings: &[Finding], rig: &Rig, date: &str) -> Vec<Block> {
     let mut out = Vec::new();
     let this_rig = rig.describe();
     for finding in findings.iter().filter(|f| f.measured_shipped) {
         let date = or_default(&finding.measured_on, date);
         let rig = or_default(&finding.rig, &this_rig);
-        let edge = match finding.threshold {
-            Some(t) => format!(" Edge of the symptom: {t}."),
-            None => String::new(),
-        };
-        let verdict = if finding.shipped_ok {
-            "the shipped value is on the safe side"
-        } else {
-            "THE SHIPPED VALUE SHOWS THE SYMPTOM"
-        };
-        let mut settings = vec![finding.setting.clone()];
-        // One sweep of the empty-claim band measures both of its ends.
-        if finding.setting == "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS" {
-            settings.push("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS".into());
+        let value = finding
+            .decision
+            .as_ref()
+            .and_then(|d| d.value)
+            .unwrap_or(finding.shipped);
+        let setting = &finding.setting;
+        let mut lines = vec![
+            format!("-- [measured {date}] {setting} = {value}"),
+            format!("--   rig:      {rig}; {}", finding.load),
+        ];
+        // Read by `soak blocks --check` (crate::currency): a block without it is stale.
+        if !finding.commit.is_empty() {
+            lines.push(format!("--   commit:   {}", finding.commit));
         }
-        for setting in settings {
-            let value = if setting == "QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS" {
-                finding.shipped * 8
-            } else {
-                finding.shipped
-            };
-            let mut lines = vec![
-                format!("-- [measured {date}] {setting} = {value}"),
-                format!("--   rig:      {rig}; {}", finding.load),
-            ];
-            // Read by `soak blocks --check` (crate::currency): a block without it is stale.
-            if !finding.commit.is_empty() {
-                lines.push(format!("--   commit:   {}", finding.commit));
+        lines.push(format!("--   symptom:  {}", finding.symptom));
+        match &finding.decision {
+            Some(decision) => {
+                let runs = if finding.reps > 1 {
+                    format!("{} runs per value. ", finding.reps)
+                } else {
+                    String::new()
+                };
+                lines.push(format!("--   observed: {runs}{}", finding.observed));
+                lines.push(match decision.value {
+                    Some(v) => format!(
+                        "--   decision: {v}, by the rule at the top of 001_log_schema.sql (shipped was {}): {}.",
+                        finding.shipped, decision.reason
+                    ),
+                    None => format!(
+                        "--   decision: none; {} stays in force: {}.",
+                        finding.shipped, decision.reason
+                    ),
+                });
             }
-            lines.push(format!("--   symptom:  {}", finding.symptom));
-            lines.push(format!(
-                "--   observed: {}.{edge} {verdict}.",
-                finding.observed
-            ));
-            out.push(Block {
-                lines,
-                setting,
-                value,
-            });
+            None => {
+                let edge = match finding.threshold {
+                    Some(t) => format!(" Edge of the symptom: {t}."),
+                    None => String::new(),
+                };
+                let verdict = if finding.shipped_ok {
+                    "the shipped value is on the safe side"
+                } else {
+                    "THE SHIPPED VALUE SHOWS THE SYMPTOM"
+                };
+                lines.push(format!(
+                    "--   observed: {}.{edge} {verdict}.",
+                    finding.observed
+                ));
+            }
         }
+        out.push(Block {
+            lines,
+            setting: setting.clone(),
+            value,
+        });
     }
     out
 }
@@ -159,10 +177,58 @@ pub fn parse(text: &str) -> Result<Vec<Block>, String> {
     Ok(blocks)
 }
 
-/// Replaces the `[not measured]` marker (or an older dated block) of every block's setting in
-/// the `.sql` files of `sql_dir`. Refuses a block whose value differs from the marker's: a
-/// measurement records the number in force; changing a number is a code change.
-pub fn apply(dir: &Path, sql_dir: &Path) -> Result<Vec<String>, String> {
+/// What a block's `decision:` line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// A block from before blocks carried decisions: it records the value in force.
+    Unstated,
+    /// The rule gave this value.
+    Value(u64),
+    /// The rule gave none, for this reason.
+    Refused(String),
+}
+
+impl Block {
+    pub fn decided(&self) -> Decided {
+        let Some(rest) = self
+            .lines
+            .iter()
+            .find_map(|l| l.strip_prefix("--   decision: "))
+        else {
+            return Decided::Unstated;
+        };
+        if let Some(reason) = rest.strip_prefix("none") {
+            return Decided::Refused(reason.trim_start_matches(';').trim().to_owned());
+        }
+        match rest
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+        {
+            Some(v) => Decided::Value(v),
+            None => Decided::Refused(format!("unreadable decision line: {rest}")),
+        }
+    }
+}
+
+/// Where `apply` writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Targets<'a> {
+    /// The `.sql` files with the markers and blocks.
+    pub sql_dir: &'a Path,
+    /// The sweeper's `config.rs`, whose `knobs!` table holds the defaults.
+    pub config: &'a Path,
+    /// Apply the blocks that can be, and list the refused ones, instead of writing nothing.
+    pub partial: bool,
+}
+
+/// Puts every block of `dir/blocks.sql` in place of its setting's marker (or older block) in the
+/// `.sql` files, and writes the value it decided as the knob's default in `config.rs`, together:
+/// the two never disagree. Refused, with the reason: a block whose rule gave no value, a block
+/// whose value differs from the one in force without a decision behind it, a changed value for a
+/// setting that is not a knob (its number lives in SQL and changes by hand), a value the knob's
+/// bounds or the other defaults reject. Without `partial`, one refusal writes nothing.
+pub fn apply(dir: &Path, to: Targets<'_>) -> Result<Vec<String>, String> {
     let blocks_path = dir.join("blocks.sql");
     let text = std::fs::read_to_string(&blocks_path)
         .map_err(|e| format!("cannot read {}: {e}", blocks_path.display()))?;
@@ -170,36 +236,179 @@ pub fn apply(dir: &Path, sql_dir: &Path) -> Result<Vec<String>, String> {
     if blocks.is_empty() {
         return Err(format!("{} holds no blocks", blocks_path.display()));
     }
-    let mut contents = sql_files(sql_dir)?;
+    let mut contents = sql_files(to.sql_dir)?;
+    let mut config = std::fs::read_to_string(to.config)
+        .map_err(|e| format!("cannot read {}: {e}", to.config.display()))?;
     let mut applied = Vec::new();
+    let mut refused = Vec::new();
     for block in &blocks {
-        let mut found = false;
-        for (path, content) in &mut contents {
-            if let Some(replaced) = replace_in(content, block)? {
-                *content = replaced;
-                applied.push(format!(
-                    "{} = {} in {}",
-                    block.setting,
-                    block.value,
-                    path.display()
-                ));
-                found = true;
-                break;
-            }
+        match apply_one(block, &mut contents, &mut config, to.sql_dir) {
+            Ok(line) => applied.push(line),
+            Err(why) => refused.push(format!("{}: {why}", block.setting)),
         }
-        if !found {
-            return Err(format!(
-                "no marker for {} in {}",
-                block.setting,
-                sql_dir.display()
-            ));
-        }
+    }
+    if !refused.is_empty() && !to.partial {
+        return Err(format!(
+            "nothing written; refused:\n  {}\n(--partial applies the others)",
+            refused.join("\n  ")
+        ));
     }
     for (path, content) in contents {
         std::fs::write(&path, content)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    std::fs::write(to.config, config)
+        .map_err(|e| format!("cannot write {}: {e}", to.config.display()))?;
+    applied.extend(refused.into_iter().map(|r| format!("REFUSED {r}")));
     Ok(applied)
+}
+
+/// One block into the texts of the `.sql` files and of `config.rs`.
+fn apply_one(
+    block: &Block,
+    contents: &mut [(PathBuf, String)],
+    config: &mut String,
+    sql_dir: &Path,
+) -> Result<String, String> {
+    let decided = block.decided();
+    if let Decided::Refused(reason) = &decided {
+        return Err(format!("the decision rule gave no value ({reason})"));
+    }
+    let is_knob = queen_sweeper::knob::ALL
+        .iter()
+        .any(|k| k.var == block.setting);
+    let in_force = contents
+        .iter()
+        .find_map(|(_, content)| value_in_force(content, &block.setting))
+        .ok_or_else(|| format!("no marker or block in {}", sql_dir.display()))?;
+    let changes = in_force != block.value;
+    if changes {
+        if decided == Decided::Unstated {
+            return Err(format!(
+                "the block measured {} but the value in force is {in_force}, and it names no decision; change the value in code first",
+                block.value
+            ));
+        }
+        if !is_knob {
+            return Err(format!(
+                "the rule decided {} where {in_force} is in force; this setting's number lives in SQL: change it there by hand, then apply",
+                block.value
+            ));
+        }
+        crate::experiments::valid_default(&block.setting, block.value)?;
+    }
+    let mut new_config = None;
+    if is_knob {
+        new_config = Some(set_default(config, &block.setting, block.value)?);
+    }
+    for (path, content) in contents.iter_mut() {
+        if let Some(replaced) = replace_in(content, block)? {
+            *content = replaced;
+            if let Some(c) = new_config {
+                *config = c;
+            }
+            let change = if changes {
+                format!(" (was {in_force}; the default in config.rs too)")
+            } else {
+                String::new()
+            };
+            return Ok(format!(
+                "{} = {} in {}{change}",
+                block.setting,
+                block.value,
+                path.display()
+            ));
+        }
+    }
+    Err(format!("no marker in {}", sql_dir.display()))
+}
+
+/// The value a setting's marker or block in `content` records, if it has one.
+fn value_in_force(content: &str, setting: &str) -> Option<u64> {
+    content.lines().find_map(|line| marker_value(line, setting))
+}
+
+/// `-- [not measured] NAME = 5: ...` or `-- [measured DATE] NAME = 5`: the 5, for `setting`.
+fn marker_value(line: &str, setting: &str) -> Option<u64> {
+    let rest = line.strip_prefix("-- [not measured] ").or_else(|| {
+        line.strip_prefix("-- [measured ")
+            .and_then(|r| r.split_once("] ").map(|(_, a)| a))
+    })?;
+    let rest = rest.strip_prefix(setting)?.strip_prefix(" = ")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `config.rs` with `var`'s default in its `knobs!` table set to `value` (the text unchanged
+/// when the default is already that number).
+pub fn set_default(config: &str, var: &str, value: u64) -> Result<String, String> {
+    let needle = format!("= \"{var}\", ");
+    let mut found = 0;
+    let mut out = Vec::new();
+    for line in config.lines() {
+        let Some(at) = line.find(&needle) else {
+            out.push(line.to_owned());
+            continue;
+        };
+        found += 1;
+        let start = at + needle.len();
+        let end = line[start..]
+            .find(", [")
+            .map(|e| start + e)
+            .ok_or_else(|| format!("{var}: its line in config.rs has no bounds: {line}"))?;
+        let current = evaluate(&line[start..end])
+            .ok_or_else(|| format!("{var}: cannot read its default {:?}", &line[start..end]))?;
+        if current == value {
+            out.push(line.to_owned());
+        } else {
+            out.push(format!(
+                "{}{}{}",
+                &line[..start],
+                grouped(value),
+                &line[end..]
+            ));
+        }
+    }
+    if found != 1 {
+        return Err(format!(
+            "{var}: config.rs names it {found} times in its knobs table, not once"
+        ));
+    }
+    let mut text = out.join("\n");
+    if config.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// A default as written in the table: `5_000`, `1024 * 1024`, `24 * HOUR_MS`.
+fn evaluate(expr: &str) -> Option<u64> {
+    expr.split('*').try_fold(1u64, |acc, factor| {
+        let factor = factor.trim();
+        let n = match factor {
+            "HOUR_MS" => 3_600_000,
+            digits => digits.replace('_', "").parse().ok()?,
+        };
+        acc.checked_mul(n)
+    })
+}
+
+/// `30000` as `30_000`, as the table writes numbers.
+fn grouped(value: u64) -> String {
+    let digits = value.to_string();
+    if digits.len() <= 4 {
+        return digits;
+    }
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('_');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Every `.sql` file of `sql_dir` with its text, in name order.
@@ -221,24 +430,17 @@ pub fn sql_files(sql_dir: &Path) -> Result<Vec<(PathBuf, String)>, String> {
 }
 
 /// The file with `block` in place of its setting's marker or older block, if the file has one.
+/// A value other than the one in force is refused unless the block carries its decision.
 fn replace_in(content: &str, block: &Block) -> Result<Option<String>, String> {
     let lines: Vec<&str> = content.lines().collect();
-    let marker = |line: &str| -> Option<u64> {
-        let rest = line.strip_prefix("-- [not measured] ").or_else(|| {
-            line.strip_prefix("-- [measured ")
-                .and_then(|r| r.split_once("] ").map(|(_, a)| a))
-        })?;
-        let rest = rest.strip_prefix(&block.setting)?.strip_prefix(" = ")?;
-        rest.split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    let Some(start) = lines.iter().position(|l| marker(l).is_some()) else {
+    let Some(start) = lines
+        .iter()
+        .position(|l| marker_value(l, &block.setting).is_some())
+    else {
         return Ok(None);
     };
-    let in_force = marker(lines[start]).expect("just matched");
-    if in_force != block.value {
+    let in_force = marker_value(lines[start], &block.setting).expect("just matched");
+    if in_force != block.value && !matches!(block.decided(), Decided::Value(_)) {
         return Err(format!(
             "{}: the block measured {} but the value in force is {in_force}; change the value in code first",
             block.setting, block.value
@@ -346,6 +548,10 @@ mod tests {
             rig: rig.into(),
             commit: String::new(),
             points: Vec::new(),
+            unit: String::new(),
+            reps: 0,
+            sides: Vec::new(),
+            decision: None,
         }
     }
 
@@ -408,6 +614,223 @@ mod tests {
         assert_eq!(
             parse(&file_text(&written, &rig, "2026-12-02")).unwrap(),
             written
+        );
+    }
+
+    const CONFIG: &str = "    knobs! {\n        LEASE_MS = \"QUEEN_SWEEPER_LEASE_MS\", 30_000, [100, HOUR_MS],\n            \"claim lease\";\n        CLAIM_BATCH = \"QUEEN_SWEEPER_CLAIM_BATCH\", 200, [1, 100_000],\n            \"rows per claim call\";\n        MAX_FIRE_BYTES = \"QUEEN_SWEEPER_MAX_FIRE_BYTES\", 1024 * 1024, [1024, 1024 * 1024 * 1024],\n            \"bytes\";\n    }\n";
+
+    fn decided(setting: &str, value: u64, decision: &str) -> Block {
+        let mut b = block(setting, value);
+        b.lines.push(format!("--   decision: {decision}"));
+        b
+    }
+
+    #[test]
+    fn a_default_is_rewritten_in_the_knobs_table_and_nowhere_else() {
+        let out = set_default(CONFIG, "QUEEN_SWEEPER_CLAIM_BATCH", 800).unwrap();
+        assert!(
+            out.contains("\"QUEEN_SWEEPER_CLAIM_BATCH\", 800, [1, 100_000],"),
+            "{out}"
+        );
+        assert!(out.contains("\"QUEEN_SWEEPER_LEASE_MS\", 30_000, [100, HOUR_MS],"));
+        let out = set_default(CONFIG, "QUEEN_SWEEPER_LEASE_MS", 120_000).unwrap();
+        assert!(
+            out.contains("\"QUEEN_SWEEPER_LEASE_MS\", 120_000, [100"),
+            "{out}"
+        );
+        // The same value leaves an expression as it was written.
+        assert_eq!(
+            set_default(CONFIG, "QUEEN_SWEEPER_MAX_FIRE_BYTES", 1_048_576).unwrap(),
+            CONFIG
+        );
+        assert!(set_default(CONFIG, "QUEEN_SWEEPER_NOPE", 1).is_err());
+        assert_eq!(grouped(1_048_576), "1_048_576");
+        assert_eq!(grouped(5000), "5000");
+    }
+
+    #[test]
+    fn a_blocks_decision_line_is_read_back() {
+        assert_eq!(block("X", 1).decided(), Decided::Unstated);
+        assert_eq!(
+            decided(
+                "X",
+                800,
+                "800, by the rule (shipped was 200): the edge 800 is resolved."
+            )
+            .decided(),
+            Decided::Value(800)
+        );
+        assert_eq!(
+            decided(
+                "X",
+                200,
+                "none; 200 stays in force: 2000 shows side 2's symptom."
+            )
+            .decided(),
+            Decided::Refused("200 stays in force: 2000 shows side 2's symptom.".into())
+        );
+    }
+
+    /// A scratch directory with blocks.sql, sql/ and config.rs.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str, blocks: &[Block]) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("soak-apply-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("sql")).unwrap();
+            std::fs::write(
+                dir.join("sql/001.sql"),
+                "-- [not measured] QUEEN_SWEEPER_CLAIM_BATCH = 200: a guess.\n-- [not measured] log_timers fillfactor = 100: a guess.\nSELECT 1;\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("config.rs"), CONFIG).unwrap();
+            let text: Vec<String> = blocks.iter().map(Block::text).collect();
+            std::fs::write(dir.join("blocks.sql"), text.join("\n\n")).unwrap();
+            Scratch(dir)
+        }
+
+        fn apply(&self, partial: bool) -> Result<Vec<String>, String> {
+            apply(
+                &self.0,
+                Targets {
+                    sql_dir: &self.0.join("sql"),
+                    config: &self.0.join("config.rs"),
+                    partial,
+                },
+            )
+        }
+
+        fn read(&self, file: &str) -> String {
+            std::fs::read_to_string(self.0.join(file)).unwrap()
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn apply_writes_a_decided_value_to_the_block_and_the_default_together() {
+        let s = Scratch::new(
+            "together",
+            &[decided(
+                "QUEEN_SWEEPER_CLAIM_BATCH",
+                800,
+                "800, by the rule (shipped was 200): resolved.",
+            )],
+        );
+        let applied = s.apply(false).expect("applied");
+        assert!(applied[0].contains("was 200"), "{applied:?}");
+        assert!(
+            s.read("sql/001.sql")
+                .contains("] QUEEN_SWEEPER_CLAIM_BATCH = 800\n")
+        );
+        assert!(
+            s.read("config.rs")
+                .contains("\"QUEEN_SWEEPER_CLAIM_BATCH\", 800, [1")
+        );
+    }
+
+    #[test]
+    fn apply_refuses_and_writes_nothing_when_a_block_cannot_agree_with_the_code() {
+        let cases = [
+            (
+                decided(
+                    "QUEEN_SWEEPER_CLAIM_BATCH",
+                    200,
+                    "none; 200 stays in force: no value.",
+                ),
+                "gave no value",
+            ),
+            (
+                block("QUEEN_SWEEPER_CLAIM_BATCH", 800),
+                "change the value in code first",
+            ),
+            (
+                decided("log_timers fillfactor", 90, "90, by the rule: resolved."),
+                "change it there by hand",
+            ),
+            (
+                // Above CYCLE_MAX_ROWS' default of 5 000: the config refuses it.
+                decided(
+                    "QUEEN_SWEEPER_CLAIM_BATCH",
+                    6_000,
+                    "6000, by the rule: resolved.",
+                ),
+                "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
+            ),
+        ];
+        for (i, (b, why)) in cases.into_iter().enumerate() {
+            let ok = decided(
+                "QUEEN_SWEEPER_CLAIM_BATCH",
+                200,
+                "200, by the rule: resolved.",
+            );
+            let s = Scratch::new(&format!("refused{i}"), &[b]);
+            let error = s.apply(false).expect_err("refused");
+            assert!(error.contains(why), "{why}: {error}");
+            assert_eq!(s.read("config.rs"), CONFIG, "nothing written");
+            assert!(
+                s.read("sql/001.sql")
+                    .contains("[not measured] QUEEN_SWEEPER_CLAIM_BATCH")
+            );
+            drop(ok);
+        }
+        // --partial: the fillfactor block is refused, the claim batch applied.
+        let s = Scratch::new(
+            "partial",
+            &[
+                decided("log_timers fillfactor", 90, "90, by the rule: resolved."),
+                decided(
+                    "QUEEN_SWEEPER_CLAIM_BATCH",
+                    800,
+                    "800, by the rule: resolved.",
+                ),
+            ],
+        );
+        let applied = s.apply(true).expect("partial");
+        assert!(
+            applied
+                .iter()
+                .any(|l| l.starts_with("REFUSED log_timers fillfactor")),
+            "{applied:?}"
+        );
+        assert!(
+            s.read("config.rs")
+                .contains("\"QUEEN_SWEEPER_CLAIM_BATCH\", 800, [1")
+        );
+    }
+
+    #[test]
+    fn every_block_in_sql_records_the_default_the_sweeper_ships() {
+        let sql = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql");
+        let mut knobs_seen = 0;
+        for (file, text) in sql_files(&sql).unwrap() {
+            for block in find_in_sql(&text).unwrap() {
+                if let Some(knob) = queen_sweeper::knob::ALL
+                    .iter()
+                    .find(|k| k.var == block.setting)
+                {
+                    knobs_seen += 1;
+                    assert_eq!(
+                        block.value,
+                        knob.default,
+                        "{}: the block of {} says {} but config.rs ships {}; apply-blocks writes both",
+                        file.display(),
+                        block.setting,
+                        block.value,
+                        knob.default
+                    );
+                }
+            }
+        }
+        assert!(
+            knobs_seen >= 10,
+            "only {knobs_seen} knob blocks found in sql/"
         );
     }
 }

@@ -194,35 +194,68 @@ pub fn check(repo: &Path, sql_dir: &Path) -> Result<Vec<Currency>, String> {
     Ok(out)
 }
 
-/// Whether any of `governed` changed after `commit` (committed, or in the working tree).
+/// Whether any of `governed` changed its code after `commit` (committed, or in the working
+/// tree). A change of comments only (`--` lines in SQL, `//` lines in Rust) is not a change of
+/// the code measured: applying a block rewrites the comments of the file it lands in.
 fn judge(repo: &Path, commit: &str, governed: &[&str]) -> Result<Verdict, String> {
     if git(repo, &["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_err() {
         return Ok(Verdict::UnknownCommit);
     }
-    let uncommitted = git(
-        repo,
-        &[&["diff", "--name-only", "HEAD", "--"], governed].concat(),
-    )?;
-    let uncommitted: Vec<String> = uncommitted.lines().map(str::to_owned).collect();
+    let uncommitted = code_changes(repo, &["HEAD"], governed)?;
     if !uncommitted.is_empty() {
         return Ok(Verdict::Uncommitted { files: uncommitted });
     }
-    let range = format!("{commit}..HEAD");
-    let changes = git(
-        repo,
-        &[&["log", "--format=%h", &range, "--"], governed].concat(),
-    )?;
-    let Some(last) = changes.lines().next() else {
+    let files = code_changes(repo, &[commit, "HEAD"], governed)?;
+    if files.is_empty() {
         return Ok(Verdict::Current);
-    };
-    let files = git(
+    }
+    let range = format!("{commit}..HEAD");
+    let files_args: Vec<&str> = files.iter().map(String::as_str).collect();
+    let last = git(
         repo,
-        &[&["diff", "--name-only", &range, "--"], governed].concat(),
+        &[&["log", "-1", "--format=%h", &range, "--"], &files_args[..]].concat(),
     )?;
     Ok(Verdict::ChangedSince {
-        commit: last.to_owned(),
-        files: files.lines().map(str::to_owned).collect(),
+        commit: last,
+        files,
     })
+}
+
+/// The files of `paths` whose diff between `revs` (one rev: against the working tree) touches a
+/// line that is not a comment or blank.
+fn code_changes(repo: &Path, revs: &[&str], paths: &[&str]) -> Result<Vec<String>, String> {
+    let names = git(
+        repo,
+        &[&["diff", "--name-only"], revs, &["--"], paths].concat(),
+    )?;
+    let mut changed = Vec::new();
+    for file in names.lines() {
+        let diff = git(repo, &[&["diff", "-U0"], revs, &["--", file]].concat())?;
+        if touches_code(&diff, file) {
+            changed.push(file.to_owned());
+        }
+    }
+    Ok(changed)
+}
+
+/// Whether a unified diff of `file` adds or removes a line of code (not a comment, not blank).
+fn touches_code(diff: &str, file: &str) -> bool {
+    let comment = if file.ends_with(".sql") { "--" } else { "//" };
+    // Lines before a file's first hunk header are its `diff`, `index`, `---` and `+++` lines.
+    let mut in_hunk = false;
+    diff.lines()
+        .filter(|l| {
+            if l.starts_with("diff ") {
+                in_hunk = false;
+            } else if l.starts_with("@@") {
+                in_hunk = true;
+                return false;
+            }
+            in_hunk
+        })
+        .filter_map(|l| l.strip_prefix('+').or_else(|| l.strip_prefix('-')))
+        .map(str::trim)
+        .any(|l| !l.is_empty() && !l.starts_with(comment))
 }
 
 /// Runs git in `repo`; its stdout, or what it said on failure.
@@ -247,6 +280,21 @@ fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_lines_of_code_count_as_a_change() {
+        let sql = "--- a/x.sql\n+++ b/x.sql\n@@ -1 +1 @@\n--- [measured 2026] X = 1\n+-- [measured 2027] X = 2\n+\n";
+        assert!(!touches_code(sql, "sql/x.sql"));
+        assert!(touches_code("@@ -1 +1 @@\n+SELECT 2;\n", "sql/x.sql"));
+        assert!(!touches_code("@@ -1 +1 @@\n-// old\n+// new\n", "a.rs"));
+        assert!(touches_code("@@ -1 +1 @@\n-    x: 200,\n", "a.rs"));
+        // A `--` line in Rust is code; a `++` line added to SQL is too.
+        assert!(touches_code(
+            "@@ -1 +1 @@\n+-- not a comment here\n",
+            "a.rs"
+        ));
+        assert!(touches_code("@@ -1 +1 @@\n+++x;\n", "sql/x.sql"));
+    }
 
     /// A throwaway repository with `sql/` and one governed file.
     struct Repo(PathBuf);
@@ -321,20 +369,25 @@ mod tests {
     #[test]
     fn a_block_is_current_until_a_file_its_setting_governs_changes() {
         let repo = Repo::new("governs");
-        repo.write("sweeper/src/sleep.rs", "// v1\n");
-        repo.write("sweeper/src/other.rs", "// v1\n");
+        repo.write("sweeper/src/sleep.rs", "fn v1() {}\n");
+        repo.write("sweeper/src/other.rs", "fn v1() {}\n");
         let measured = repo.commit("the code measured");
         repo.block(Some(&measured));
         repo.commit("its block");
         assert_eq!(repo.verdicts(), [Verdict::Current]);
 
         // A file the setting does not govern changes: still current.
-        repo.write("sweeper/src/other.rs", "// v2\n");
+        repo.write("sweeper/src/other.rs", "fn v2() {}\n");
         repo.commit("elsewhere");
         assert_eq!(repo.verdicts(), [Verdict::Current]);
 
-        // A governed file changes in the working tree, then in a commit: stale.
-        repo.write("sweeper/src/sleep.rs", "// v2\n");
+        // A governed file's comments change: still current (a block applied rewrites comments).
+        repo.write("sweeper/src/sleep.rs", "// why v1\nfn v1() {}\n\n");
+        repo.commit("comments");
+        assert_eq!(repo.verdicts(), [Verdict::Current]);
+
+        // A governed file's code changes in the working tree, then in a commit: stale.
+        repo.write("sweeper/src/sleep.rs", "// why v1\nfn v2() {}\n");
         assert_eq!(
             repo.verdicts(),
             [Verdict::Uncommitted {

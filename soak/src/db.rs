@@ -145,6 +145,18 @@ impl RunDb {
             .map_err(Error::db("cannot read the lateness"))
     }
 
+    /// The lateness (ms) of every fired timer of the stream (`s<n>` txns), not the backlog's.
+    pub async fn stream_lateness(&self) -> Result<Vec<f64>, Error> {
+        sqlx::query_scalar(
+            "SELECT (extract(epoch FROM m.created_at - e.deliver_at) * 1000)::float8
+             FROM queen.log_messages m JOIN soak_expected e USING (txn)
+             WHERE e.txn ~ '^s[0-9]+$'",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(Error::db("cannot read the stream's lateness"))
+    }
+
     /// Inserts `count` timers due `due_in_ms` from now (set-based), recording their promises.
     pub async fn backlog(
         &self,
@@ -210,6 +222,16 @@ impl RunDb {
     }
 
     /// A (min, max) pair of epoch seconds read by `sql`; `None` when there were no rows.
+    /// The first and the last fired timer of the backlog (`backlog-` txns), epoch seconds: the
+    /// backlog's own drain, apart from a stream fired beside it.
+    pub async fn backlog_fire_window_epoch_s(&self) -> Result<Option<(f64, f64)>, Error> {
+        self.epoch_window(
+            "SELECT extract(epoch FROM min(m.created_at))::float8, extract(epoch FROM max(m.created_at))::float8 FROM queen.log_messages m JOIN soak_expected e USING (txn) WHERE starts_with(e.txn, 'backlog-')",
+            "cannot read the backlog's fire window",
+        )
+        .await
+    }
+
     async fn epoch_window(
         &self,
         sql: &'static str,

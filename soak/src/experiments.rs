@@ -1,6 +1,8 @@
-//! One experiment per setting the seed lists as unmeasured: a small sweep that shows the symptom
-//! the setting guards against and the value where it appears or disappears. Every sweep includes
-//! the shipped value, so a dated block is only ever written for a number that was measured.
+//! One experiment per setting the seed lists as unmeasured. Each measures both sides of its
+//! setting's trade-off (the symptom a small value shows and the one a large value shows), every
+//! point at least three times, and the default follows from the measurements by the decision
+//! rule written once in `sql/001_log_schema.sql` ([`decide`]). Every sweep includes the shipped
+//! value, so a dated block is only ever written for a number that was measured.
 
 use serde::{Deserialize, Serialize};
 
@@ -8,21 +10,21 @@ use crate::rig::Rig;
 use crate::run::{Run, RunResult, Workload};
 use queen_sweeper::knob;
 
-/// A setting and what one sweep of it found.
+/// A setting and what its sweep found.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     /// The marker's name in `sql/` (`QUEEN_SWEEPER_LEASE_MS`, `log_timers fillfactor`, ...).
     pub setting: String,
     pub shipped: u64,
-    /// The symptom the setting guards against.
+    /// The symptom the setting guards against (the first side's).
     pub symptom: String,
-    /// The numbers, per value, in words.
+    /// The numbers, per side and value, in words.
     pub observed: String,
-    /// Where the symptom appears or disappears, when the sweep found the edge.
+    /// The first side's edge: where its symptom appears or disappears.
     pub threshold: Option<u64>,
-    /// Whether the shipped value is on the safe side of the edge.
+    /// Whether the shipped value is on the safe side of every side's symptom.
     pub shipped_ok: bool,
-    /// The workload every point ran.
+    /// The workload every point of the first side ran.
     pub load: String,
     /// The shipped value itself was measured (only then is a dated block written).
     pub measured_shipped: bool,
@@ -36,46 +38,342 @@ pub struct Finding {
     /// written before 2026-12-05.
     #[serde(default)]
     pub commit: String,
+    /// The first side's points; the run kept per point is the median repetition's.
     pub points: Vec<Point>,
+    /// The setting's unit (`ms`, `rows`, `bytes`, `%`).
+    #[serde(default)]
+    pub unit: String,
+    /// Runs per point.
+    #[serde(default)]
+    pub reps: u32,
+    /// Every side of the trade-off, the first one first (empty before 2026-12-05).
+    #[serde(default)]
+    pub sides: Vec<Side>,
+    /// The value the decision rule gives, or why it gives none.
+    #[serde(default)]
+    pub decision: Option<Decision>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     pub value: u64,
+    /// The median over the repetitions.
     pub metric: f64,
+    /// Every repetition's number, in run order.
+    #[serde(default)]
+    pub runs: Vec<f64>,
     pub result: Option<RunResult>,
 }
 
-/// From (value, metric) pairs and the shipped value: the edge of the symptom, and whether the
-/// shipped value is on the safe side.
-type Judge = fn(&[(u64, f64)], u64) -> (Option<u64>, bool);
+impl Point {
+    fn of(value: u64, runs: Vec<f64>, result: Option<RunResult>) -> Point {
+        Point {
+            value,
+            metric: median(&runs),
+            runs,
+            result,
+        }
+    }
 
-/// A sweep: the values, the workload per value, the metric and how to read it.
+    /// The smallest and the largest repetition (the median when there are none).
+    pub fn range(&self) -> (f64, f64) {
+        if self.runs.is_empty() {
+            return (self.metric, self.metric);
+        }
+        let lo = self.runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = self.runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
+    }
+
+    fn overlaps(&self, other: &Point) -> bool {
+        let (a, b) = (self.range(), other.range());
+        a.0 <= b.1 && b.0 <= a.1
+    }
+}
+
+fn median(runs: &[f64]) -> f64 {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Where a side's symptom lies relative to its edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Toward {
+    /// Small values show the symptom: the edge is the smallest safe value.
+    Below,
+    /// Large values show it: the edge is the largest safe value.
+    Above,
+    /// No edge is sought (a cost that only has to stay acceptable at the shipped value).
+    Nowhere,
+}
+
+/// When a point is safe, read off the medians of a side.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Criterion {
+    /// The symptom is any count above zero (stale segments, failed calls).
+    Zero,
+    /// Under this number (growth of expired rows, rows/s).
+    Under(f64),
+    /// A rate at least this share of the best median of the sweep.
+    NearBest(f64),
+    /// A cost at most this many times the smallest median of the sweep.
+    NearLeast(f64),
+    /// At most this many times the median of value 0 (the run without a sweeper).
+    VsBaseline(f64),
+    /// At most this share of the smallest value's median, and not the smallest value itself
+    /// (the floor that spins).
+    UnderFloor(f64),
+    /// At most the value itself times the factor, plus the slack: a lateness the setting is
+    /// meant to bound (the sleep ceiling, the lease).
+    WithinValue { factor: f64, slack: f64 },
+}
+
+impl Criterion {
+    /// Per point (in value order): whether its median is safe.
+    pub fn safe(self, points: &[Point]) -> Vec<bool> {
+        let medians = || points.iter().map(|p| p.metric);
+        let best = medians().fold(f64::NEG_INFINITY, f64::max);
+        let least = medians().fold(f64::INFINITY, f64::min);
+        let smallest = points.iter().min_by_key(|p| p.value);
+        points
+            .iter()
+            .map(|p| match self {
+                Criterion::Zero => p.metric == 0.0,
+                Criterion::Under(limit) => p.metric < limit,
+                Criterion::NearBest(share) => p.metric >= best * share,
+                Criterion::NearLeast(factor) => p.metric <= least.max(1e-9) * factor,
+                Criterion::VsBaseline(factor) => {
+                    let baseline = points
+                        .iter()
+                        .find(|b| b.value == 0)
+                        .map_or(0.0, |b| b.metric)
+                        .max(0.1);
+                    p.value > 0 && p.metric <= baseline * factor
+                }
+                Criterion::UnderFloor(share) => smallest
+                    .is_some_and(|floor| p.value > floor.value && p.metric <= floor.metric * share),
+                Criterion::WithinValue { factor, slack } => {
+                    p.metric <= p.value as f64 * factor + slack
+                }
+            })
+            .collect()
+    }
+
+    /// The criterion in words, for the report and the block.
+    pub fn words(self) -> String {
+        match self {
+            Criterion::Zero => "safe at 0".to_owned(),
+            Criterion::Under(limit) => format!("safe under {limit}"),
+            Criterion::NearBest(share) => {
+                format!("safe within {:.0}% of the best", (1.0 - share) * 100.0)
+            }
+            Criterion::NearLeast(factor) => format!("safe within {factor}× of the least"),
+            Criterion::VsBaseline(factor) => {
+                format!("safe within {factor}× of the run without a sweeper")
+            }
+            Criterion::UnderFloor(share) => {
+                format!("safe at most {:.0}% of the smallest value's", share * 100.0)
+            }
+            Criterion::WithinValue { factor, slack } => {
+                format!("safe within {factor}× the value + {slack}")
+            }
+        }
+    }
+}
+
+/// What one side of a sweep measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Side {
+    /// What is measured, with its unit.
+    pub metric_name: String,
+    pub symptom: String,
+    pub symptom_at: Toward,
+    pub criterion: Criterion,
+    /// The workload of this side's runs.
+    pub load: String,
+    /// Per value: the repetitions (no runs kept; the first side's are in the finding).
+    pub points: Vec<Point>,
+    /// Per point: safe by the criterion.
+    pub safe: Vec<bool>,
+    pub edge: Option<u64>,
+    /// The edge's range clears its neighbour's on the symptom side: a measured edge, not noise.
+    pub edge_resolved: bool,
+    /// Non-monotonic runs of medians, an edge the sweep did not bracket, and the like.
+    pub flags: Vec<String>,
+}
+
+impl Side {
+    /// Whether `value` was measured here and found safe (None: not measured).
+    pub fn safe_at(&self, value: u64) -> Option<bool> {
+        self.points
+            .iter()
+            .position(|p| p.value == value)
+            .map(|i| self.safe[i])
+    }
+
+    /// The side in words: its metric per value (median and range), its edge and flags.
+    pub fn words(&self) -> String {
+        let values = self
+            .points
+            .iter()
+            .map(|p| {
+                let (lo, hi) = p.range();
+                if p.runs.len() > 1 {
+                    format!(
+                        "{}: {} [{}–{}]",
+                        p.value,
+                        round(p.metric),
+                        round(lo),
+                        round(hi)
+                    )
+                } else {
+                    format!("{}: {}", p.value, round(p.metric))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let edge = match (self.edge, self.symptom_at) {
+            (_, Toward::Nowhere) => String::new(),
+            (Some(e), _) if self.edge_resolved => format!(" Edge {e}."),
+            (Some(e), _) => format!(
+                " Edge {e}, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom)."
+            ),
+            (None, _) => " No value was safe.".to_owned(),
+        };
+        let flags = if self.flags.is_empty() {
+            String::new()
+        } else {
+            format!(" FLAGGED: {}.", self.flags.join("; "))
+        };
+        format!(
+            "{} ({}), median [min–max] per value: {values}.{edge}{flags}",
+            self.metric_name,
+            self.criterion.words()
+        )
+    }
+}
+
+/// The value the decision rule gives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// None: no measured value satisfies the rule (`reason` says which side refused).
+    pub value: Option<u64>,
+    pub reason: String,
+}
+
 /// One number read off a run.
 type Metric = fn(&RunResult) -> f64;
 
+/// The workload of a sweep (or of a side with its own) at a value.
+type MakeWorkload = dyn Fn(u64) -> Workload;
+
+/// One side of a sweep, as code.
+struct SideSpec {
+    symptom: &'static str,
+    metric_name: &'static str,
+    /// None: read off the first side's runs (the same workload measures both numbers).
+    workload: Option<Box<MakeWorkload>>,
+    /// The values this side runs (None: all of the sweep's).
+    values: Option<Vec<u64>>,
+    metric: Metric,
+    criterion: Criterion,
+    symptom_at: Toward,
+}
+
+/// A sweep: the values and the sides; the first side's workload is the sweep's.
 struct Sweep {
     setting: &'static str,
     shipped: u64,
+    unit: &'static str,
     values: Vec<u64>,
-    symptom: &'static str,
-    metric_name: &'static str,
-    workload: Box<dyn Fn(u64) -> Workload>,
-    metric: Metric,
-    /// A second number reported beside the metric (what the symptom trades against).
-    secondary: Option<(&'static str, Metric)>,
-    /// From the (value, metric) pairs: the threshold and whether the shipped value is safe.
-    judge: Judge,
+    workload: Box<MakeWorkload>,
+    sides: Vec<SideSpec>,
 }
 
-/// Seconds each point of a sweep runs.
+/// Seconds each point of a sweep runs, and how many times.
 #[derive(Debug, Clone, Copy)]
 pub struct Scale {
     pub seconds: u64,
+    pub reps: u32,
 }
 
 const LEASE: &str = "QUEEN_SWEEPER_LEASE_MS";
 const STATEMENT_TIMEOUT: &str = "QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS";
+const EMPTY_MIN: &str = "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS";
+const EMPTY_MAX: &str = "QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS";
+
+fn p99(r: &RunResult) -> f64 {
+    r.lateness_ms.p99
+}
+
+fn stream_p99(r: &RunResult) -> f64 {
+    r.stream_lateness_ms.as_ref().map_or(0.0, |s| s.p99)
+}
+
+fn push_p99(r: &RunResult) -> f64 {
+    r.push_latency_ms.p99
+}
+
+fn probes_per_s(r: &RunResult) -> f64 {
+    r.queries_per_s_per_broker
+        .get("probe")
+        .copied()
+        .unwrap_or(0.0)
+}
+
+fn probe_claim_per_s(r: &RunResult) -> f64 {
+    r.series.iter().map(|s| s.probe_claim_per_s).sum::<f64>() / r.series.len().max(1) as f64
+}
+
+/// The lateness of the latest timer due before the kill that fired after it: what the crash
+/// cost (0: the kill found none, which the report's runs show).
+fn crash_latest(r: &RunResult) -> f64 {
+    r.kill.as_ref().map_or(0.0, |k| k.lateness_ms.max)
+}
+
+/// Read off the same runs as the first side.
+fn same_runs(
+    symptom: &'static str,
+    metric_name: &'static str,
+    metric: Metric,
+    criterion: Criterion,
+    symptom_at: Toward,
+) -> SideSpec {
+    SideSpec {
+        symptom,
+        metric_name,
+        workload: None,
+        values: None,
+        metric,
+        criterion,
+        symptom_at,
+    }
+}
+
+/// A backlog of one tenant with a small tenant's stream beside it: the drain rate of the
+/// backlog, and how late the small tenant's timers are behind it.
+fn backlog_with_small_tenant(label: &str, s: u64) -> Workload {
+    let mut w = Workload::quiet(label, s);
+    w.brokers = 1;
+    w.backlog = 40_000;
+    (w.tenants, w.queues, w.partitions) = (1, 4, 8);
+    w.timers_per_s = 20;
+    w.timer_delay_ms = (0, 500);
+    w.stream_tenant_offset = 1;
+    w
+}
+
+/// The leased path (`QUEEN_SWEEPER_FIRE_TAKE=0`, the one that still takes a lease) at `lease`.
+fn leased(w: Workload, lease: u64) -> Workload {
+    w.knob(LEASE, lease)
+        .knob(STATEMENT_TIMEOUT, (lease / 2).min(5_000))
+        .knob("QUEEN_SWEEPER_FIRE_TAKE", 0)
+}
 
 fn sweeps(scale: Scale) -> Vec<Sweep> {
     let s = scale.seconds;
@@ -83,63 +381,116 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
         Sweep {
             setting: LEASE,
             shipped: knob::LEASE_MS.default,
-            values: vec![100, 200, 500, 1_000, 4_000, 30_000],
-            symptom: "a fire that outlives its lease under push load: segments come back stale or fires time out",
-            metric_name: "stale segments + failed calls",
+            unit: "ms",
+            values: vec![100, 200, 500, 2_000, 8_000, 10_000, 30_000],
             workload: Box::new(move |lease| {
                 let mut w = Workload::quiet("lease", s);
+                w.brokers = 3;
                 w.backlog = 20_000;
                 w.payload_bytes = 4_096;
                 w.pushers = 4;
                 w.pushes_per_s_each = 100;
                 w.push_batch = 20;
                 w.push_payload_bytes = 1_024;
-                w.knob(LEASE, lease)
-                    .knob(STATEMENT_TIMEOUT, (lease / 2).min(5_000))
+                leased(w, lease)
             }),
-            metric: |r| (r.counters.stale_segments + r.counters.failures) as f64,
-            secondary: None,
-            judge: smallest_with_zero,
+            sides: vec![
+                same_runs(
+                    "on the leased path, a fire that outlives its lease under push load: segments come back stale or fires time out",
+                    "stale segments + failed calls",
+                    |r| (r.counters.stale_segments + r.counters.failures) as f64,
+                    Criterion::Zero,
+                    Toward::Below,
+                ),
+                SideSpec {
+                    symptom: "a crashed broker's claimed timers wait out its lease",
+                    metric_name: "lateness (ms) of the latest timer due before a SIGKILL mid-drain and fired after it",
+                    workload: Some(Box::new(|lease| {
+                        let mut w = Workload::quiet("lease crash", 15);
+                        w.brokers = 3;
+                        w.broker_processes = true;
+                        // 12 000 timers of 8 KiB due 10.5 s in; broker 1 is killed at 11 s,
+                        // mid-drain (the agreement's crash case; 7 500 drained in about 1.5 s
+                        // here, and one kill in four found the broker between claims).
+                        w.schedule_without_wake = true;
+                        (w.tenants, w.queues, w.partitions) = (1, 1, 8);
+                        w.timers_per_s = 800;
+                        w.burst_every_s = Some(15);
+                        w.timer_delay_ms = (10_500, 10_500);
+                        w.payload_bytes = 8_192;
+                        w.kill_one_at_s = Some(11);
+                        w.drain_limit_s = lease / 1000 + 20;
+                        leased(w, lease)
+                    })),
+                    values: Some(vec![2_000, 8_000, 10_000, 30_000]),
+                    metric: crash_latest,
+                    criterion: Criterion::WithinValue {
+                        factor: 1.0,
+                        slack: 5_000.0,
+                    },
+                    symptom_at: Toward::Above,
+                },
+            ],
         },
         Sweep {
             setting: "QUEEN_SWEEPER_CLAIM_BATCH",
             shipped: knob::CLAIM_BATCH.default,
-            values: vec![10, 50, 200, 800, 2_000],
-            symptom: "small claims pay a round trip for a few rows: a backlog drains slowly",
-            metric_name: "drain rate (timers/s, one broker)",
+            unit: "rows",
+            values: vec![50, 200, 800, 2_000],
             workload: Box::new(move |batch| {
-                let mut w = Workload::quiet("claim batch", s);
-                w.brokers = 1;
-                w.backlog = 40_000;
-                w.knob("QUEEN_SWEEPER_CLAIM_BATCH", batch)
+                backlog_with_small_tenant("claim batch", s).knob("QUEEN_SWEEPER_CLAIM_BATCH", batch)
             }),
-            metric: RunResult::busy_fired_per_s,
-            secondary: None,
-            judge: smallest_within_10_percent_of_best,
+            sides: vec![
+                same_runs(
+                    "small claims pay a round trip for a few rows: a backlog drains slowly",
+                    "drain rate of the backlog (timers/s, one broker)",
+                    RunResult::backlog_fired_per_s,
+                    Criterion::NearBest(0.9),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "big claims make a small tenant's timers wait behind a big tenant's backlog",
+                    "lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog",
+                    stream_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
         },
         Sweep {
             setting: "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
             shipped: knob::CYCLE_MAX_ROWS.default,
+            unit: "rows",
             values: vec![200, 1_000, 5_000, 20_000],
-            symptom: "a short pass re-probes and sleeps the floor between passes: a backlog drains slowly",
-            metric_name: "drain rate (timers/s, one broker)",
             workload: Box::new(move |rows| {
-                let mut w = Workload::quiet("cycle rows", s);
-                w.brokers = 1;
-                w.backlog = 40_000;
-                w.knob(
-                    "QUEEN_SWEEPER_CLAIM_BATCH",
-                    rows.min(knob::CLAIM_BATCH.default),
-                )
-                .knob("QUEEN_SWEEPER_CYCLE_MAX_ROWS", rows)
+                backlog_with_small_tenant("cycle rows", s)
+                    .knob(
+                        "QUEEN_SWEEPER_CLAIM_BATCH",
+                        rows.min(knob::CLAIM_BATCH.default),
+                    )
+                    .knob("QUEEN_SWEEPER_CYCLE_MAX_ROWS", rows)
             }),
-            metric: RunResult::busy_fired_per_s,
-            secondary: None,
-            judge: smallest_within_10_percent_of_best,
+            sides: vec![
+                same_runs(
+                    "a short pass re-probes and sleeps the floor between passes: a backlog drains slowly",
+                    "drain rate of the backlog (timers/s, one broker)",
+                    RunResult::backlog_fired_per_s,
+                    Criterion::NearBest(0.9),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "a long pass does not look up from the backlog: a small tenant's timers wait",
+                    "lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog",
+                    stream_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MAX_FIRE_BYTES",
             shipped: knob::MAX_FIRE_BYTES.default,
+            unit: "bytes",
             values: vec![
                 0,
                 256 * 1024,
@@ -147,8 +498,6 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 8 * 1024 * 1024,
                 64 * 1024 * 1024,
             ],
-            symptom: "one big fire transaction holds partition locks and the WAL while pushes wait: push p99 degrades",
-            metric_name: "push p99 (ms) while a 64 KiB-payload backlog fires; value 0 = no sweeper",
             workload: Box::new(move |bytes| {
                 let mut w = Workload::quiet("fire bytes", s);
                 w.brokers = u32::from(bytes > 0);
@@ -165,16 +514,28 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                     w
                 }
             }),
-            metric: |r| r.push_latency_ms.p99,
-            secondary: Some(("drain rate (timers/s)", RunResult::busy_fired_per_s)),
-            judge: largest_within_double_of_baseline,
+            sides: vec![
+                same_runs(
+                    "one big fire transaction holds partition locks and the WAL while pushes wait: push p99 degrades",
+                    "push p99 (ms) while a 64 KiB-payload backlog fires; value 0 = no sweeper",
+                    push_p99,
+                    Criterion::VsBaseline(2.0),
+                    Toward::Above,
+                ),
+                same_runs(
+                    "small fires pay a commit per few timers: a backlog of big payloads drains slowly",
+                    "drain rate (timers/s) of the 64 KiB backlog",
+                    RunResult::backlog_fired_per_s,
+                    Criterion::NearBest(0.8),
+                    Toward::Below,
+                ),
+            ],
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MAX_SLEEP_MS",
             shipped: knob::MAX_SLEEP_MS.default,
+            unit: "ms",
             values: vec![250, 1_000, 4_000],
-            symptom: "a timer committed where no local wake reaches (another broker) waits up to the ceiling",
-            metric_name: "lateness p99 (ms) of timers scheduled with no wake",
             workload: Box::new(move |ceiling| {
                 let mut w = Workload::quiet("sleep ceiling", s);
                 w.brokers = 2;
@@ -183,113 +544,175 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w.schedule_without_wake = true;
                 w.knob("QUEEN_SWEEPER_MAX_SLEEP_MS", ceiling)
             }),
-            metric: |r| r.lateness_ms.p99,
-            secondary: None,
-            judge: |points, shipped| {
-                (
-                    None,
-                    points
-                        .iter()
-                        .any(|(v, m)| *v == shipped && *m <= shipped as f64 * 1.2),
-                )
-            },
+            sides: vec![
+                same_runs(
+                    "a timer committed where no local wake reaches (another broker) waits up to the ceiling",
+                    "lateness p99 (ms) of timers scheduled with no wake",
+                    p99,
+                    Criterion::WithinValue {
+                        factor: 1.2,
+                        slack: 0.0,
+                    },
+                    Toward::Nowhere,
+                ),
+                same_runs(
+                    "a short ceiling probes an idle database for nothing",
+                    "probes/s per broker at 20 timers/s",
+                    probes_per_s,
+                    Criterion::NearLeast(4.0),
+                    Toward::Below,
+                ),
+            ],
         },
         Sweep {
-            setting: "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS",
+            setting: EMPTY_MIN,
             shipped: knob::EMPTY_CLAIM_MIN_MS.default,
+            unit: "ms",
             values: vec![5, 25, 100],
-            symptom: "after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows",
-            metric_name: "probe + claim calls/s, all brokers, with one due row held locked",
             workload: Box::new(move |low| {
-                let mut w = Workload::quiet("empty-claim band", s);
-                w.brokers = 5;
-                // Claims commit per batch here, so a burst is shared by every broker and an
-                // empty claim needs a due row that someone else holds locked: without one, the
-                // first run of this sweep (2026-12-02) found no spin (17.5 calls/s at 5 ms,
-                // 17.3 at 100 ms).
-                w.hold_due_locked = 1;
-                w.timers_per_s = 300;
-                w.burst_every_s = Some(1);
-                w.timer_delay_ms = (1_500, 1_500);
-                w.payload_bytes = 8_192;
-                w.pushers = 2;
-                w.pushes_per_s_each = 50;
-                w.push_batch = 20;
-                w.knob("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", low)
-                    .knob("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", (low * 8).max(low))
+                empty_claim_load("empty-claim band", s)
+                    .knob(EMPTY_MIN, low)
+                    .knob(EMPTY_MAX, (low * 8).max(low))
             }),
-            metric: |r| {
-                r.series.iter().map(|s| s.probe_claim_per_s).sum::<f64>()
-                    / r.series.len().max(1) as f64
-            },
-            secondary: Some(("lateness p99 (ms) of the bursts", |r| r.lateness_ms.p99)),
-            judge: smallest_halving_the_floor,
+            sides: vec![
+                same_runs(
+                    "after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows",
+                    "probe + claim calls/s, all brokers, with one due row held locked (the band's top at 8× its bottom)",
+                    probe_claim_per_s,
+                    Criterion::UnderFloor(0.5),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "a long sleep after an empty claim leaves the next burst waiting",
+                    "lateness p99 (ms) of the bursts",
+                    p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
+        },
+        Sweep {
+            setting: EMPTY_MAX,
+            shipped: knob::EMPTY_CLAIM_MAX_MS.default,
+            unit: "ms",
+            values: vec![25, 200, 800],
+            workload: Box::new(move |high| {
+                empty_claim_load("empty-claim band top", s)
+                    .knob(EMPTY_MIN, knob::EMPTY_CLAIM_MIN_MS.default)
+                    .knob(EMPTY_MAX, high.max(knob::EMPTY_CLAIM_MIN_MS.default))
+            }),
+            sides: vec![
+                same_runs(
+                    "a narrow band keeps the brokers that found nothing in step: they probe and claim together",
+                    "probe + claim calls/s, all brokers, with one due row held locked (the band's bottom at the shipped 25 ms)",
+                    probe_claim_per_s,
+                    Criterion::UnderFloor(0.5),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "a wide band leaves the next burst waiting",
+                    "lateness p99 (ms) of the bursts",
+                    p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
         },
         Sweep {
             setting: "QUEEN_SWEEPER_MIN_SLEEP_MS",
             shipped: knob::MIN_SLEEP_MS.default,
+            unit: "ms",
             values: vec![1, 5, 50, 200],
-            symptom: "a floor too long leaves due work waiting between passes; a shorter one probes more for nothing",
-            metric_name: "drain rate (timers/s, one broker, shipped pass budget)",
             workload: Box::new(move |floor| {
                 let mut w = Workload::quiet("floor", s);
                 w.brokers = 1;
                 w.backlog = 40_000;
                 w.knob("QUEEN_SWEEPER_MIN_SLEEP_MS", floor)
-                    .knob("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", floor.max(25))
+                    .knob(EMPTY_MIN, floor.max(25))
             }),
-            metric: RunResult::busy_fired_per_s,
-            secondary: Some(("probes/s", |r| {
-                r.queries_per_s_per_broker
-                    .get("probe")
-                    .copied()
-                    .unwrap_or(0.0)
-            })),
-            judge: largest_within_10_percent_of_best,
+            sides: vec![
+                same_runs(
+                    "a floor too long leaves due work waiting between passes",
+                    "drain rate (timers/s, one broker, shipped pass budget)",
+                    RunResult::backlog_fired_per_s,
+                    Criterion::NearBest(0.9),
+                    Toward::Above,
+                ),
+                SideSpec {
+                    symptom: "a floor too short probes again at once after a pass that left work: under a steady stream, more probes for the same timers",
+                    metric_name: "probes/s per broker, 3 brokers, 600 timers/s due within 0-200 ms",
+                    workload: Some(Box::new(move |floor| {
+                        let mut w = Workload::quiet("floor, probes", s);
+                        w.brokers = 3;
+                        w.timers_per_s = 600;
+                        w.timer_delay_ms = (0, 200);
+                        w.knob("QUEEN_SWEEPER_MIN_SLEEP_MS", floor)
+                            .knob(EMPTY_MIN, floor.max(25))
+                    })),
+                    values: None,
+                    metric: probes_per_s,
+                    criterion: Criterion::NearLeast(2.0),
+                    symptom_at: Toward::Below,
+                },
+            ],
         },
         Sweep {
             setting: "QUEEN_KV_EXPIRE_EVERY_MS",
             shipped: knob::KV_EXPIRE_EVERY_MS.default,
+            unit: "ms",
             values: vec![250, 1_000, 4_000, 16_000],
-            symptom: "a prune slower than the expiry rate: expired-but-present rows grow without bound (reads stay correct; the heap grows for good)",
-            metric_name: "growth of expired-not-pruned (rows/s, second half of the run), prune batch 50",
             workload: Box::new(move |every| {
-                let mut w = Workload::quiet("prune cadence", s);
-                w.brokers = 1;
-                w.kv_per_s = 400;
-                w.kv_ttl_ms = (100, 300);
-                w.kv_keys = 1_000_000;
-                w.knob("QUEEN_KV_EXPIRE_BATCH", 50)
+                kv_churn("prune cadence", s)
+                    .knob("QUEEN_KV_EXPIRE_BATCH", 50)
                     .knob("QUEEN_KV_EXPIRE_EVERY_MS", every)
             }),
-            metric: RunResult::expired_not_pruned_growth,
-            secondary: None,
-            judge: largest_with_no_growth,
+            sides: vec![
+                same_runs(
+                    "a prune slower than the expiry rate: expired-but-present rows grow without bound (reads stay correct; the heap grows for good)",
+                    "growth of expired-not-pruned (rows/s, second half of the run), prune batch 50",
+                    RunResult::expired_not_pruned_growth,
+                    Criterion::Under(1.0),
+                    Toward::Above,
+                ),
+                same_runs(
+                    "a prune run too often takes the partitions' neighbours' time: pushes wait",
+                    "push p99 (ms), 2 pushers × 50/s",
+                    push_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Below,
+                ),
+            ],
         },
         Sweep {
             setting: "QUEEN_KV_EXPIRE_BATCH",
             shipped: knob::KV_EXPIRE_BATCH.default,
-            values: vec![1, 5, 50, 1_000],
-            symptom: "a prune budget smaller than the expiry rate: expired-but-present rows grow without bound",
-            metric_name: "growth of expired-not-pruned (rows/s, second half of the run)",
+            unit: "rows",
+            values: vec![5, 50, 1_000, 10_000],
             workload: Box::new(move |batch| {
-                let mut w = Workload::quiet("prune batch", s);
-                w.brokers = 1;
-                w.kv_per_s = 400;
-                w.kv_ttl_ms = (100, 300);
-                w.kv_keys = 1_000_000;
-                w.knob("QUEEN_KV_EXPIRE_BATCH", batch)
+                kv_churn("prune batch", s).knob("QUEEN_KV_EXPIRE_BATCH", batch)
             }),
-            metric: RunResult::expired_not_pruned_growth,
-            secondary: None,
-            judge: smallest_with_no_growth,
+            sides: vec![
+                same_runs(
+                    "a prune budget smaller than the expiry rate: expired-but-present rows grow without bound",
+                    "growth of expired-not-pruned (rows/s, second half of the run)",
+                    RunResult::expired_not_pruned_growth,
+                    Criterion::Under(1.0),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "a big delete holds the WAL and the pages pushes need: push p99 degrades",
+                    "push p99 (ms), 2 pushers × 50/s",
+                    push_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
         },
         Sweep {
             setting: "log_timers fillfactor",
             shipped: 100,
+            unit: "%",
             values: vec![100, 90, 70],
-            symptom: "free space per page that claims cannot use: a claim rewrites visible_at, which is indexed, so it is never a HOT update",
-            metric_name: "log_timers heap + index bytes at the end",
             workload: Box::new(move |fillfactor| {
                 let mut w = Workload::quiet("fillfactor", s);
                 w.brokers = 2;
@@ -298,19 +721,47 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 w.fillfactor = Some(fillfactor as u32);
                 w
             }),
-            metric: |r| (r.sizes_end.timers_bytes + r.sizes_end.timers_index_bytes) as f64,
-            secondary: None,
-            judge: |points, shipped| {
-                let best = points.iter().map(|(_, m)| *m).fold(f64::INFINITY, f64::min);
-                (
-                    None,
-                    points
-                        .iter()
-                        .any(|(v, m)| *v == shipped && *m <= best * 1.25),
-                )
-            },
+            sides: vec![same_runs(
+                "free space per page that claims cannot use: a claim rewrites visible_at, which is indexed, so it is never a HOT update",
+                "log_timers heap + index bytes at the end",
+                |r| (r.sizes_end.timers_bytes + r.sizes_end.timers_index_bytes) as f64,
+                Criterion::NearLeast(1.25),
+                Toward::Nowhere,
+            )],
         },
     ]
+}
+
+/// 5 brokers, a burst of 300 timers every second, and one due row held locked: every probe
+/// sees work and every claim finds none (the empty claim the band answers).
+fn empty_claim_load(label: &str, s: u64) -> Workload {
+    let mut w = Workload::quiet(label, s);
+    w.brokers = 5;
+    // Claims commit per batch here, so a burst is shared by every broker and an empty claim
+    // needs a due row that someone else holds locked: without one, the first run of this sweep
+    // (2026-12-02) found no spin (17.5 calls/s at 5 ms, 17.3 at 100 ms).
+    w.hold_due_locked = 1;
+    w.timers_per_s = 300;
+    w.burst_every_s = Some(1);
+    w.timer_delay_ms = (1_500, 1_500);
+    w.payload_bytes = 8_192;
+    w.pushers = 2;
+    w.pushes_per_s_each = 50;
+    w.push_batch = 20;
+    w
+}
+
+/// One broker, 400 KV puts/s that expire within 100-300 ms, and pushes beside them.
+fn kv_churn(label: &str, s: u64) -> Workload {
+    let mut w = Workload::quiet(label, s);
+    w.brokers = 1;
+    w.kv_per_s = 400;
+    w.kv_ttl_ms = (100, 300);
+    w.kv_keys = 1_000_000;
+    w.pushers = 2;
+    w.pushes_per_s_each = 50;
+    w.push_batch = 10;
+    w
 }
 
 /// Runs every sweep (or those whose setting contains `only`), printing progress. Each finding
@@ -324,7 +775,7 @@ pub async fn run_all(
 ) -> Result<Vec<Finding>, String> {
     let mut findings = Vec::new();
     if only.is_none_or(|o| USAGE.contains(o)) {
-        findings.push(usage_cost(run).await?);
+        findings.push(usage_cost(run, scale.reps).await?);
     }
     let all = sweeps(scale);
     let names: Vec<&str> = std::iter::once(USAGE)
@@ -343,27 +794,11 @@ pub async fn run_all(
             names.join(", ")
         ));
     }
-    let total: usize = sweeps.iter().map(|s| s.values.len()).sum();
-    let mut done = 0;
+    let reps = scale.reps.max(1);
+    let total: usize = sweeps.iter().map(|s| runs_of(s) * reps as usize).sum();
+    let mut progress = Progress { done: 0, total };
     for sweep in sweeps {
-        let mut points = Vec::new();
-        for &value in &sweep.values {
-            done += 1;
-            eprintln!(
-                "soak: experiment {} = {value} ({done}/{total})",
-                sweep.setting
-            );
-            let mut workload = (sweep.workload)(value);
-            workload.label = format!("{} = {value}", sweep.setting);
-            let label = format!("exp_{done}");
-            let result = run.execute(&workload, &label).await?;
-            points.push(Point {
-                value,
-                metric: (sweep.metric)(&result),
-                result: Some(result),
-            });
-        }
-        findings.push(judge(&sweep, points));
+        findings.push(run_sweep(run, &sweep, reps, &mut progress).await?);
     }
     let rig = rig.describe();
     let commit = crate::rig::source_commit();
@@ -375,49 +810,354 @@ pub async fn run_all(
     Ok(findings)
 }
 
-fn judge(sweep: &Sweep, points: Vec<Point>) -> Finding {
-    let pairs: Vec<(u64, f64)> = points.iter().map(|p| (p.value, p.metric)).collect();
-    let (threshold, shipped_ok) = (sweep.judge)(&pairs, sweep.shipped);
-    let observed = points
+/// Runs one repetition of a sweep takes.
+fn runs_of(sweep: &Sweep) -> usize {
+    sweep.values.len()
+        + sweep
+            .sides
+            .iter()
+            .filter(|side| side.workload.is_some())
+            .map(|side| side.values.as_ref().map_or(sweep.values.len(), Vec::len))
+            .sum::<usize>()
+}
+
+struct Progress {
+    done: usize,
+    total: usize,
+}
+
+/// Every run of one sweep, repetition by repetition (so a drift of the rig over the sweep falls
+/// on every value alike), then its sides and the decision.
+async fn run_sweep(
+    run: &Run<'_>,
+    sweep: &Sweep,
+    reps: u32,
+    progress: &mut Progress,
+) -> Result<Finding, String> {
+    // Per workload (0: the sweep's, then each side with its own): per value, the runs.
+    let mut workloads: Vec<(&MakeWorkload, Vec<u64>)> =
+        vec![(sweep.workload.as_ref(), sweep.values.clone())];
+    for side in &sweep.sides {
+        if let Some(w) = &side.workload {
+            let values = side.values.clone().unwrap_or_else(|| sweep.values.clone());
+            workloads.push((w.as_ref(), values));
+        }
+    }
+    let mut results: Vec<Vec<Vec<RunResult>>> = workloads
         .iter()
-        .map(|p| match (sweep.secondary, p.result.as_ref()) {
-            (Some((_, second)), Some(result)) => {
-                format!(
-                    "{}: {} ({})",
-                    p.value,
-                    round(p.metric),
-                    round(second(result))
-                )
+        .map(|(_, values)| values.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for rep in 0..reps {
+        for (w, (workload, values)) in workloads.iter().enumerate() {
+            for (i, &value) in values.iter().enumerate() {
+                progress.done += 1;
+                eprintln!(
+                    "soak: experiment {} = {value}, workload {}, repetition {}/{reps} ({}/{})",
+                    sweep.setting,
+                    w + 1,
+                    rep + 1,
+                    progress.done,
+                    progress.total
+                );
+                let mut workload = workload(value);
+                workload.label = format!("{} = {value}", sweep.setting);
+                let label = format!("exp_{}", progress.done);
+                results[w][i].push(run.execute(&workload, &label).await?);
             }
-            _ => format!("{}: {}", p.value, round(p.metric)),
+        }
+    }
+    let mut sides = Vec::new();
+    let mut own = 0;
+    for spec in &sweep.sides {
+        let w = if spec.workload.is_some() {
+            own += 1;
+            own
+        } else {
+            0
+        };
+        let (workload, values) = &workloads[w];
+        let points: Vec<Point> = values
+            .iter()
+            .zip(&results[w])
+            .map(|(&value, runs)| Point::of(value, runs.iter().map(spec.metric).collect(), None))
+            .collect();
+        let load = load_without(sweep.setting, workload, values);
+        sides.push(judge_side(spec, load, points));
+    }
+    // The first side's points keep the median repetition's run, for the over-time plots.
+    let first = &sweep.sides[0];
+    let points: Vec<Point> = sweep
+        .values
+        .iter()
+        .zip(std::mem::take(&mut results[0]))
+        .map(|(&value, runs)| {
+            let metrics: Vec<f64> = runs.iter().map(first.metric).collect();
+            let kept = median_index(&metrics).and_then(|i| runs.into_iter().nth(i));
+            Point::of(value, metrics, kept)
         })
-        .collect::<Vec<_>>()
-        .join("; ");
-    let metric_name = match sweep.secondary {
-        Some((name, _)) => format!("{} ({name} in brackets)", sweep.metric_name),
-        None => sweep.metric_name.to_owned(),
+        .collect();
+    Ok(finding(sweep, reps, points, sides))
+}
+
+/// A side's workload in words, without the swept setting's own value (a block's value may be
+/// another than the one whose run is described).
+fn load_without(setting: &str, workload: &dyn Fn(u64) -> Workload, values: &[u64]) -> String {
+    let Some(&value) = values.first() else {
+        return String::new();
     };
+    let described = workload(value).describe();
+    let swept = format!("{setting}={value}");
+    described
+        .split(", ")
+        .map(|part| {
+            part.split(' ')
+                .filter(|word| *word != swept)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The index of the median of `values` (the lower one of an even count).
+fn median_index(values: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|a, b| values[*a].total_cmp(&values[*b]));
+    order.get(values.len().saturating_sub(1) / 2).copied()
+}
+
+/// A side's safety per point, its edge, whether the edge is resolved, and its flags.
+fn judge_side(spec: &SideSpec, load: String, points: Vec<Point>) -> Side {
+    let safe = spec.criterion.safe(&points);
+    let (edge, edge_resolved, mut flags) = edge_of(&points, &safe, spec.symptom_at);
+    flags.extend(non_monotonic(&points));
+    Side {
+        metric_name: spec.metric_name.to_owned(),
+        symptom: spec.symptom.to_owned(),
+        symptom_at: spec.symptom_at,
+        criterion: spec.criterion,
+        load,
+        points,
+        safe,
+        edge,
+        edge_resolved,
+        flags,
+    }
+}
+
+/// The edge (the smallest safe value when the symptom lies below, the largest when above),
+/// whether it is resolved (its range clears the neighbour's on the symptom side, and that
+/// neighbour shows the symptom), and a flag when the sweep never showed the symptom.
+fn edge_of(points: &[Point], safe: &[bool], toward: Toward) -> (Option<u64>, bool, Vec<String>) {
+    let order: Vec<usize> = match toward {
+        Toward::Nowhere => return (None, false, Vec::new()),
+        Toward::Below => (0..points.len()).collect(),
+        Toward::Above => (0..points.len()).rev().collect(),
+    };
+    // Walk from the symptom's side: the edge is the first safe point.
+    let Some(at) = order.iter().position(|&i| safe[i]) else {
+        return (None, false, Vec::new());
+    };
+    let edge = &points[order[at]];
+    if at == 0 {
+        return (
+            Some(edge.value),
+            false,
+            vec![format!(
+                "the symptom did not appear at {}, the sweep's end: the edge is there or beyond",
+                edge.value
+            )],
+        );
+    }
+    let neighbour = &points[order[at - 1]];
+    let mut flags = Vec::new();
+    let resolved = !edge.overlaps(neighbour);
+    if !resolved {
+        flags.push(format!(
+            "the edge {} overlaps its neighbour {} (ranges {:?} and {:?})",
+            edge.value,
+            neighbour.value,
+            rounded(edge.range()),
+            rounded(neighbour.range())
+        ));
+    }
+    (Some(edge.value), resolved, flags)
+}
+
+fn rounded((a, b): (f64, f64)) -> (f64, f64) {
+    ((a * 10.0).round() / 10.0, (b * 10.0).round() / 10.0)
+}
+
+/// A flag when the medians go up and then down (or down and then up) by more than the spread:
+/// consecutive points whose ranges do not overlap count as a move.
+fn non_monotonic(points: &[Point]) -> Option<String> {
+    let moves: Vec<(usize, f64)> = points
+        .windows(2)
+        .enumerate()
+        .filter(|(_, pair)| !pair[0].overlaps(&pair[1]))
+        .map(|(i, pair)| (i, (pair[1].metric - pair[0].metric).signum()))
+        .collect();
+    let first = moves.first()?;
+    let turn = moves.iter().find(|(_, sign)| *sign != first.1)?;
+    let (a, b) = (&points[first.0], &points[first.0 + 1]);
+    let (c, d) = (&points[turn.0], &points[turn.0 + 1]);
+    Some(format!(
+        "non-monotonic: {} → {} moves {} → {}, then {} → {} moves {} → {}",
+        a.value,
+        b.value,
+        round(a.metric),
+        round(b.metric),
+        c.value,
+        d.value,
+        round(c.metric),
+        round(d.metric)
+    ))
+}
+
+/// Whether `value` may be the default of `setting` with every other knob at its default (a
+/// setting that is not a knob of the sweeper's, such as a fillfactor, has no such constraint).
+pub fn valid_default(setting: &str, value: u64) -> Result<(), String> {
+    if !knob::ALL.iter().any(|k| k.var == setting) {
+        return Ok(());
+    }
+    queen_sweeper::Config::from_vars([(setting.to_owned(), value.to_string())])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn finding(sweep: &Sweep, reps: u32, points: Vec<Point>, sides: Vec<Side>) -> Finding {
+    let decision = decide(sweep.shipped, &sweep.values, &sides, |v| {
+        valid_default(sweep.setting, v)
+    });
+    let shipped_ok = sides.iter().all(|s| s.safe_at(sweep.shipped) == Some(true));
+    let observed = sides
+        .iter()
+        .enumerate()
+        .map(|(i, side)| format!("({}) {}", i + 1, side.words()))
+        .collect::<Vec<_>>()
+        .join(" ");
     Finding {
         setting: sweep.setting.to_owned(),
         shipped: sweep.shipped,
-        symptom: sweep.symptom.to_owned(),
-        observed: format!("{metric_name} per value: {observed}"),
-        threshold,
-        shipped_ok,
-        // The conditions of the shipped value's run: what the block's number was measured under.
-        load: points
+        symptom: sides
             .iter()
-            .find(|p| p.value == sweep.shipped)
-            .or(points.first())
-            .and_then(|p| p.result.as_ref())
-            .map(|r| r.workload.describe())
-            .unwrap_or_default(),
-        measured_shipped: pairs.iter().any(|(v, _)| *v == sweep.shipped),
+            .map(|s| s.symptom.as_str())
+            .collect::<Vec<_>>()
+            .join("; against it: "),
+        observed,
+        threshold: sides[0].edge,
+        shipped_ok,
+        load: sides[0].load.clone(),
+        measured_shipped: sweep.values.contains(&sweep.shipped),
         measured_on: String::new(),
         rig: String::new(),
         commit: String::new(),
         points,
+        unit: sweep.unit.to_owned(),
+        reps,
+        sides,
+        decision: Some(decision),
     }
+}
+
+/// THE DECISION RULE (written out in `sql/001_log_schema.sql`; this is its only code).
+///
+/// 1. The first side names the symptom the setting exists for. Its edge is where the symptom
+///    stops, read off the medians of at least three runs.
+/// 2. The margin: when the edge is resolved (its min-max range clears the range of its neighbour
+///    on the symptom side), the edge itself; otherwise one measured step further into the safe
+///    side.
+/// 3. From there, further into the safe side, the first measured value that every other side
+///    measured and found safe and that `valid` accepts (the other knobs' constraints). A first
+///    side with no edge sought keeps the shipped value, if it is safe on every side.
+/// 4. No such value: no decision, and the reason names the side that refused.
+pub fn decide(
+    shipped: u64,
+    values: &[u64],
+    sides: &[Side],
+    valid: impl Fn(u64) -> Result<(), String>,
+) -> Decision {
+    let refuse = |reason: String| Decision {
+        value: None,
+        reason,
+    };
+    let Some(first) = sides.first() else {
+        return refuse("no side was measured".to_owned());
+    };
+    let acceptable = |value: u64| -> Result<(), String> {
+        for (i, side) in sides.iter().enumerate() {
+            match side.safe_at(value) {
+                Some(true) => {}
+                Some(false) => {
+                    return Err(format!(
+                        "{value} shows side {}'s symptom ({})",
+                        i + 1,
+                        side.metric_name
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "side {} ({}) did not measure {value}",
+                        i + 1,
+                        side.metric_name
+                    ));
+                }
+            }
+        }
+        valid(value)
+    };
+    let toward = first.symptom_at;
+    let Some(edge) = first.edge.filter(|_| toward != Toward::Nowhere) else {
+        if toward != Toward::Nowhere {
+            return refuse(format!(
+                "no measured value is safe on side 1 ({})",
+                first.metric_name
+            ));
+        }
+        return match acceptable(shipped) {
+            Ok(()) => Decision {
+                value: Some(shipped),
+                reason: "no edge is sought on side 1; the shipped value is safe on every side"
+                    .to_owned(),
+            },
+            Err(why) => refuse(why),
+        };
+    };
+    let mut ordered: Vec<u64> = values.to_vec();
+    ordered.sort_unstable();
+    if toward == Toward::Above {
+        ordered.reverse();
+    }
+    let Some(at) = ordered.iter().position(|v| *v == edge) else {
+        return refuse(format!("the edge {edge} is not a value of the sweep"));
+    };
+    let start = if first.edge_resolved { at } else { at + 1 };
+    let margin = if first.edge_resolved {
+        format!("the edge {edge} is resolved")
+    } else {
+        format!("the edge {edge} is not resolved: one step beyond it")
+    };
+    let mut refusals = Vec::new();
+    for &value in ordered.iter().skip(start) {
+        match acceptable(value) {
+            Ok(()) => {
+                return Decision {
+                    value: Some(value),
+                    reason: if refusals.is_empty() {
+                        margin
+                    } else {
+                        format!("{margin}; passed over: {}", refusals.join("; "))
+                    },
+                };
+            }
+            Err(why) => refusals.push(why),
+        }
+    }
+    if refusals.is_empty() {
+        refusals.push("the sweep measured nothing beyond it".to_owned());
+    }
+    refuse(format!("{margin}; {}", refusals.join("; ")))
 }
 
 fn round(x: f64) -> String {
@@ -428,261 +1168,375 @@ fn round(x: f64) -> String {
     }
 }
 
-/// The smallest value with a zero metric (the symptom gone); safe if the shipped value is at or
-/// above it.
-fn smallest_with_zero(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let edge = points
-        .iter()
-        .filter(|(_, m)| *m == 0.0)
-        .map(|(v, _)| *v)
-        .min();
-    (
-        edge,
-        edge.is_some_and(|e| shipped >= e)
-            && points.iter().any(|(v, m)| *v == shipped && *m == 0.0),
-    )
-}
-
-fn smallest_within_10_percent_of_best(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let best = points.iter().map(|(_, m)| *m).fold(0.0, f64::max);
-    let edge = points
-        .iter()
-        .filter(|(_, m)| *m >= best * 0.9)
-        .map(|(v, _)| *v)
-        .min();
-    (
-        edge,
-        points
-            .iter()
-            .any(|(v, m)| *v == shipped && *m >= best * 0.9),
-    )
-}
-
-fn largest_within_10_percent_of_best(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let best = points.iter().map(|(_, m)| *m).fold(0.0, f64::max);
-    let edge = points
-        .iter()
-        .filter(|(_, m)| *m >= best * 0.9)
-        .map(|(v, _)| *v)
-        .max();
-    (
-        edge,
-        points
-            .iter()
-            .any(|(v, m)| *v == shipped && *m >= best * 0.9),
-    )
-}
-
-/// Value 0 is the baseline (no sweeper): the largest value whose metric stays within twice it.
-fn largest_within_double_of_baseline(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let baseline = points
-        .iter()
-        .find(|(v, _)| *v == 0)
-        .map_or(0.0, |(_, m)| *m)
-        .max(0.1);
-    let edge = points
-        .iter()
-        .filter(|(v, m)| *v > 0 && *m <= baseline * 2.0)
-        .map(|(v, _)| *v)
-        .max();
-    (
-        edge,
-        points
-            .iter()
-            .any(|(v, m)| *v == shipped && *m <= baseline * 2.0),
-    )
-}
-
-/// The first value is the floor, where the symptom is a spin; the edge is the smallest value
-/// that at least halves the floor's calls. Judged against the floor, not against the best value:
-/// a wider band always means fewer calls, and what it costs is lateness (the secondary metric),
-/// so "as few calls as the widest band" would push the band up without bound.
-fn smallest_halving_the_floor(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let Some(&(floor, floor_calls)) = points.iter().min_by_key(|(v, _)| *v) else {
-        return (None, false);
-    };
-    let halved = |m: f64| m <= floor_calls / 2.0;
-    let edge = points
-        .iter()
-        .filter(|(v, m)| *v > floor && halved(*m))
-        .map(|(v, _)| *v)
-        .min();
-    (
-        edge,
-        points
-            .iter()
-            .any(|(v, m)| *v == shipped && *v > floor && halved(*m)),
-    )
-}
-
-/// No growth: under one row per second over the second half.
-const NO_GROWTH: f64 = 1.0;
-
-fn largest_with_no_growth(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let edge = points
-        .iter()
-        .filter(|(_, m)| *m < NO_GROWTH)
-        .map(|(v, _)| *v)
-        .max();
-    (
-        edge,
-        points.iter().any(|(v, m)| *v == shipped && *m < NO_GROWTH),
-    )
-}
-
-fn smallest_with_no_growth(points: &[(u64, f64)], shipped: u64) -> (Option<u64>, bool) {
-    let edge = points
-        .iter()
-        .filter(|(_, m)| *m < NO_GROWTH)
-        .map(|(v, _)| *v)
-        .min();
-    (
-        edge,
-        points.iter().any(|(v, m)| *v == shipped && *m < NO_GROWTH),
-    )
-}
-
 const USAGE: &str = "QUEEN_KV_USAGE_EVERY_MS";
 /// The rollup may use at most this share of one connection's time at its cadence.
 const USAGE_DUTY: f64 = 0.01;
 
 /// The usage rollup's cost tracks space, not work: one full rollup is timed over tables of
-/// growing size (KV rows over 1 000 tenants, a fifth as many timers); the cadence at which it
-/// would use 1% of one connection follows.
-async fn usage_cost(run: &Run<'_>) -> Result<Finding, String> {
+/// growing size (KV rows over 1 000 tenants, a fifth as many timers), `reps` times each; the
+/// cadence at which the largest would use 1% of one connection follows, and the shipped
+/// cadence's share of a connection is that rollup's time over it.
+async fn usage_cost(run: &Run<'_>, reps: u32) -> Result<Finding, String> {
     let sizes = [10_000u64, 100_000, 400_000];
     let mut points = Vec::new();
     for (i, rows) in sizes.iter().enumerate() {
-        eprintln!("soak: experiment {USAGE}: one rollup over {rows} KV rows");
-        let db = crate::db::RunDb::create(run.server_url, &format!("usage_{i}")).await?;
-        sqlx::query(
-            "INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
-             SELECT 't' || (i % 1000), 'ns', 'k' || i, '{\"v\": 1}', NULL, now(), now() FROM generate_series(1, $1) AS i",
-        )
-        .bind(*rows as i64)
-        .execute(&db.pool)
-        .await
-        .map_err(|e| e.to_string())?;
-        db.backlog((*rows / 5) as u32, 86_400_000, 256, (1_000, 4, 8), "usage")
-            .await?;
-        sqlx::query("ANALYZE")
-            .execute(&db.pool)
-            .await
-            .map_err(|e| e.to_string())?;
-        let started = queen_sweeper::clock::monotonic_now();
-        let mut after: Option<String> = None;
-        for _ in 0..10_000 {
-            let step: serde_json::Value =
-                sqlx::query_scalar("SELECT queen.kv_usage_step_v1($1, now(), 500)")
-                    .bind(after.clone())
-                    .fetch_one(&db.pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            if step["done"].as_bool().unwrap_or(true) {
-                break;
-            }
-            after = step["lastTenant"].as_str().map(str::to_owned);
+        let mut runs = Vec::new();
+        for rep in 0..reps.max(1) {
+            eprintln!(
+                "soak: experiment {USAGE}: one rollup over {rows} KV rows, repetition {}/{reps}",
+                rep + 1
+            );
+            runs.push(one_rollup_ms(run, *rows, &format!("usage_{i}_{rep}")).await?);
         }
-        let ms = (queen_sweeper::clock::monotonic_now() - started).as_secs_f64() * 1000.0;
-        db.drop_now().await?;
-        points.push(Point {
-            value: *rows,
-            metric: (ms * 10.0).round() / 10.0,
-            result: None,
-        });
+        points.push(Point::of(*rows, runs, None));
     }
-    let largest = points.last().map_or(0.0, |p| p.metric);
+    let shipped = knob::KV_USAGE_EVERY_MS.default;
+    let largest = points.last().map_or(0.0, |p| p.range().1);
     let cadence = (largest / USAGE_DUTY).ceil() as u64;
-    let shipped = 300_000;
-    let observed = points
-        .iter()
-        .map(|p| format!("{} rows: {} ms", p.value, round(p.metric)))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let share = largest / shipped as f64;
+    let side = Side {
+        metric_name: "one full rollup's time (ms) by KV rows".to_owned(),
+        symptom: "the rollup's cost tracks the tables' size: run too often, it takes a connection's time from the fire".to_owned(),
+        symptom_at: Toward::Nowhere,
+        criterion: Criterion::Under(largest + 1.0),
+        load: "1 000 tenants, KV rows as listed, a fifth as many pending timers".to_owned(),
+        safe: vec![true; points.len()],
+        points: points.clone(),
+        edge: None,
+        edge_resolved: false,
+        flags: non_monotonic(&points).into_iter().collect(),
+    };
+    let ok = shipped >= cadence;
     Ok(Finding {
         setting: USAGE.to_owned(),
         shipped,
-        symptom: "the rollup's cost tracks the tables' size: run too often, it takes a connection's time from the fire".to_owned(),
-        observed: format!("one full rollup (1 000 tenants) took {observed}; at 1% of one connection the cadence must be at least {cadence} ms for the largest"),
+        symptom: side.symptom.clone(),
+        observed: format!(
+            "{} At 1% of one connection the cadence must be at least {cadence} ms for the slowest rollup of the largest table; at the shipped {shipped} ms it uses {:.3}% of one connection. The other side (how stale the usage figures may be) is the cadence itself, not a measurement.",
+            side.words(),
+            share * 100.0
+        ),
         threshold: Some(cadence),
-        shipped_ok: shipped >= cadence,
-        load: "1 000 tenants, KV rows as listed, a fifth as many pending timers".to_owned(),
+        shipped_ok: ok,
+        load: side.load.clone(),
         measured_shipped: true,
         measured_on: String::new(),
         rig: String::new(),
         commit: String::new(),
         points,
+        unit: "ms".to_owned(),
+        reps,
+        sides: vec![side],
+        decision: Some(Decision {
+            value: ok.then_some(shipped),
+            reason: if ok {
+                format!("the shipped cadence is above the 1% cadence {cadence} ms")
+            } else {
+                format!("the shipped cadence is below the 1% cadence {cadence} ms")
+            },
+        }),
     })
+}
+
+/// One full rollup over `rows` KV rows in a fresh database, ms.
+async fn one_rollup_ms(run: &Run<'_>, rows: u64, label: &str) -> Result<f64, String> {
+    let db = crate::db::RunDb::create(run.server_url, label).await?;
+    sqlx::query(
+        "INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at, created_at, updated_at)
+         SELECT 't' || (i % 1000), 'ns', 'k' || i, '{\"v\": 1}', NULL, now(), now() FROM generate_series(1, $1) AS i",
+    )
+    .bind(rows as i64)
+    .execute(&db.pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    db.backlog((rows / 5) as u32, 86_400_000, 256, (1_000, 4, 8), "usage")
+        .await?;
+    sqlx::query("ANALYZE")
+        .execute(&db.pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    let started = queen_sweeper::clock::monotonic_now();
+    let mut after: Option<String> = None;
+    for _ in 0..10_000 {
+        let step: serde_json::Value =
+            sqlx::query_scalar("SELECT queen.kv_usage_step_v1($1, now(), 500)")
+                .bind(after.clone())
+                .fetch_one(&db.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        if step["done"].as_bool().unwrap_or(true) {
+            break;
+        }
+        after = step["lastTenant"].as_str().map(str::to_owned);
+    }
+    let ms = (queen_sweeper::clock::monotonic_now() - started).as_secs_f64() * 1000.0;
+    db.drop_now().await?;
+    Ok((ms * 10.0).round() / 10.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn points(pairs: &[(u64, &[f64])]) -> Vec<Point> {
+        pairs
+            .iter()
+            .map(|(v, runs)| Point::of(*v, runs.to_vec(), None))
+            .collect()
+    }
+
+    fn side(pairs: &[(u64, &[f64])], criterion: Criterion, toward: Toward) -> Side {
+        let spec = same_runs("s", "m", |_| 0.0, criterion, toward);
+        judge_side(&spec, String::new(), points(pairs))
+    }
+
     #[test]
-    fn every_sweep_builds_a_valid_workload_at_every_value() {
-        for sweep in sweeps(Scale { seconds: 1 }) {
+    fn every_sweep_builds_a_valid_workload_at_every_value_of_every_side() {
+        for sweep in sweeps(Scale {
+            seconds: 1,
+            reps: 1,
+        }) {
             for value in &sweep.values {
-                let workload = (sweep.workload)(*value);
-                if let Err(e) = workload.config() {
+                if let Err(e) = (sweep.workload)(*value).config() {
                     panic!("{} = {value}: {e}", sweep.setting);
                 }
             }
+            for side in &sweep.sides {
+                let values = side.values.clone().unwrap_or_else(|| sweep.values.clone());
+                assert!(
+                    values.contains(&sweep.shipped),
+                    "{}: a side that does not run the shipped value cannot judge it",
+                    sweep.setting
+                );
+                if let Some(workload) = &side.workload {
+                    for value in values {
+                        if let Err(e) = workload(value).config() {
+                            panic!("{} = {value} ({}): {e}", sweep.setting, side.metric_name);
+                        }
+                    }
+                }
+            }
+            assert!(sweep.values.contains(&sweep.shipped), "{}", sweep.setting);
         }
     }
 
     #[test]
-    fn the_empty_claim_edge_is_the_smallest_band_that_halves_the_floor_spin() {
-        // 2026-12-03's run: 5 ms is the floor (292 calls/s), 25 ms cuts it to 84, 100 ms to 25.
-        let points = [(5, 292.0), (25, 83.7), (100, 25.1)];
-        assert_eq!(smallest_halving_the_floor(&points, 25), (Some(25), true));
-        // No value halves the spin: no edge, and the shipped value is not safe.
-        let flat = [(5, 17.5), (25, 17.4), (100, 17.3)];
-        assert_eq!(smallest_halving_the_floor(&flat, 25), (None, false));
-        // The floor itself is never its own edge.
-        assert_eq!(smallest_halving_the_floor(&[(5, 0.0)], 5), (None, false));
+    fn a_point_is_the_median_of_its_runs_and_keeps_their_range() {
+        let p = Point::of(5, vec![9.0, 1.0, 4.0], None);
+        assert_eq!((p.metric, p.range()), (4.0, (1.0, 9.0)));
+        assert_eq!(Point::of(5, vec![2.0, 4.0], None).metric, 3.0);
+        assert_eq!(median_index(&[9.0, 1.0, 4.0]), Some(2));
+        assert_eq!(median_index(&[]), None);
     }
 
     #[test]
-    fn the_lease_edge_is_the_smallest_lease_without_the_symptom() {
-        let points = [(200, 14.0), (500, 3.0), (1_000, 0.0), (30_000, 0.0)];
-        assert_eq!(smallest_with_zero(&points, 30_000), (Some(1_000), true));
-        assert_eq!(smallest_with_zero(&points, 500), (Some(1_000), false));
-    }
-
-    #[test]
-    fn a_throughput_plateau_is_found_within_ten_percent() {
-        let points = [(10, 300.0), (50, 2_000.0), (200, 2_300.0), (800, 2_350.0)];
+    fn the_criteria_read_the_medians() {
+        let drain = points(&[(10, &[300.0]), (200, &[2_100.0]), (800, &[2_300.0])]);
         assert_eq!(
-            smallest_within_10_percent_of_best(&points, 200),
-            (Some(200), true)
+            Criterion::NearBest(0.9).safe(&drain),
+            vec![false, true, true]
+        );
+        let stale = points(&[(500, &[3.0, 0.0, 5.0]), (2_000, &[0.0, 0.0, 1.0])]);
+        assert_eq!(Criterion::Zero.safe(&stale), vec![false, true]);
+        let spin = points(&[(5, &[292.0]), (25, &[146.0]), (100, &[25.0])]);
+        assert_eq!(
+            Criterion::UnderFloor(0.5).safe(&spin),
+            vec![false, true, true]
+        );
+        let push = points(&[(0, &[4.0]), (1, &[7.9]), (2, &[30.0])]);
+        assert_eq!(
+            Criterion::VsBaseline(2.0).safe(&push),
+            vec![false, true, false],
+            "the baseline itself is not a sweeper setting"
+        );
+        let late = points(&[(250, &[41.0]), (1_000, &[1_300.0])]);
+        let within = Criterion::WithinValue {
+            factor: 1.2,
+            slack: 0.0,
+        };
+        assert_eq!(within.safe(&late), vec![true, false]);
+        let cost = points(&[(1, &[10.0]), (5, &[21.0])]);
+        assert_eq!(Criterion::NearLeast(2.0).safe(&cost), vec![true, false]);
+    }
+
+    #[test]
+    fn an_edge_counts_only_when_its_range_clears_its_neighbours() {
+        let clear = side(
+            &[
+                (500, &[3.0, 5.0, 9.0]),
+                (2_000, &[0.0, 0.0, 0.0]),
+                (8_000, &[0.0]),
+            ],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        assert_eq!((clear.edge, clear.edge_resolved), (Some(2_000), true));
+        // Its median is safe, but one run of the edge overlaps the neighbour's range.
+        let noisy = side(
+            &[(500, &[0.0, 2.0, 3.0]), (2_000, &[0.0, 0.0, 1.0])],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        assert_eq!((noisy.edge, noisy.edge_resolved), (Some(2_000), false));
+        assert!(noisy.flags[0].contains("overlaps"), "{:?}", noisy.flags);
+        // Safe everywhere: the sweep did not bracket the edge.
+        let never = side(
+            &[(500, &[0.0]), (2_000, &[0.0])],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        assert_eq!((never.edge, never.edge_resolved), (Some(500), false));
+        assert!(
+            never.flags[0].contains("did not appear"),
+            "{:?}",
+            never.flags
+        );
+        // Above: the largest safe value, its neighbour the next one up.
+        let above = side(
+            &[
+                (250, &[0.0]),
+                (1_000, &[0.0, 0.1]),
+                (4_000, &[200.0, 220.0]),
+            ],
+            Criterion::Under(1.0),
+            Toward::Above,
+        );
+        assert_eq!((above.edge, above.edge_resolved), (Some(1_000), true));
+        let none = side(&[(1, &[5.0])], Criterion::Zero, Toward::Below);
+        assert_eq!(none.edge, None);
+    }
+
+    #[test]
+    fn a_rise_then_a_fall_beyond_the_spread_is_flagged_and_noise_is_not() {
+        // 2026-12-02's fire bytes, had they been three runs each: 16.7 ms at 8 MiB, 8.0 at 64.
+        let bumpy = points(&[
+            (1, &[4.4, 4.6, 4.8]),
+            (8, &[15.0, 16.7, 18.0]),
+            (64, &[7.5, 8.0, 8.6]),
+        ]);
+        let flag = non_monotonic(&bumpy).expect("flagged");
+        assert!(flag.contains("8 → 64"), "{flag}");
+        let noise = points(&[(1, &[4.0, 6.0]), (8, &[5.5, 7.0]), (64, &[4.5, 6.5])]);
+        assert_eq!(non_monotonic(&noise), None);
+        let rising = points(&[(1, &[1.0]), (8, &[2.0]), (64, &[3.0])]);
+        assert_eq!(non_monotonic(&rising), None);
+    }
+
+    fn ok(_: u64) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn the_decision_takes_a_resolved_edge_and_steps_past_an_unresolved_one() {
+        let values = [500, 2_000, 8_000];
+        let resolved = side(
+            &[
+                (500, &[4.0, 5.0]),
+                (2_000, &[0.0, 0.0]),
+                (8_000, &[0.0, 0.0]),
+            ],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        let d = decide(8_000, &values, std::slice::from_ref(&resolved), ok);
+        assert_eq!(d.value, Some(2_000), "{}", d.reason);
+        let unresolved = side(
+            &[
+                (500, &[0.0, 0.0, 2.0]),
+                (2_000, &[0.0, 0.0]),
+                (8_000, &[0.0]),
+            ],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        let d = decide(8_000, &values, std::slice::from_ref(&unresolved), ok);
+        assert_eq!(
+            d.value,
+            Some(2_000),
+            "the edge 500 is unresolved: {}",
+            d.reason
+        );
+        assert!(d.reason.contains("one step beyond"), "{}", d.reason);
+    }
+
+    #[test]
+    fn the_decision_passes_over_values_another_side_or_the_config_refuses() {
+        let values = [500, 2_000, 8_000, 30_000];
+        let stale = side(
+            &[
+                (500, &[5.0, 6.0]),
+                (2_000, &[0.0, 0.0]),
+                (8_000, &[0.0, 0.0]),
+                (30_000, &[0.0, 0.0]),
+            ],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        let crash = side(
+            &[
+                (2_000, &[2_500.0]),
+                (8_000, &[8_300.0]),
+                (30_000, &[40_000.0]),
+            ],
+            Criterion::WithinValue {
+                factor: 1.0,
+                slack: 5_000.0,
+            },
+            Toward::Above,
+        );
+        let sides = [stale.clone(), crash.clone()];
+        let d = decide(30_000, &values, &sides, ok);
+        assert_eq!(d.value, Some(2_000), "{}", d.reason);
+        // The config refuses leases under twice the statement timeout (5 000 ms).
+        let d = decide(30_000, &values, &sides, |v| valid_default(LEASE, v));
+        assert_eq!(d.value, None, "8 000 is invalid and 30 000 crashes late");
+        assert!(
+            d.reason.contains("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS"),
+            "{}",
+            d.reason
+        );
+        assert!(d.reason.contains("30000 shows side 2"), "{}", d.reason);
+        // A value the other side did not run cannot be chosen.
+        let d = decide(30_000, &[500, 2_000], &[stale, crash], ok);
+        assert_eq!(d.value, Some(2_000));
+    }
+
+    #[test]
+    fn a_side_without_an_edge_keeps_the_shipped_value_only_if_it_is_safe() {
+        let sizes = side(
+            &[(100, &[10.0]), (70, &[14.0])],
+            Criterion::NearLeast(1.25),
+            Toward::Nowhere,
         );
         assert_eq!(
-            smallest_within_10_percent_of_best(&points, 10),
-            (Some(200), false)
+            decide(100, &[100, 70], std::slice::from_ref(&sizes), ok).value,
+            Some(100)
         );
+        assert_eq!(decide(70, &[100, 70], &[sizes], ok).value, None);
     }
 
     #[test]
-    fn push_latency_is_judged_against_the_run_without_a_sweeper() {
-        let points = [
-            (0, 4.0),
-            (262_144, 5.0),
-            (8_388_608, 7.9),
-            (67_108_864, 30.0),
-        ];
+    fn a_sides_load_leaves_out_the_swept_value() {
+        let workload = |batch| {
+            backlog_with_small_tenant("claim batch", 1)
+                .knob("QUEEN_SWEEPER_CLAIM_BATCH", batch)
+                .knob("QUEEN_SWEEPER_MAX_SLEEP_MS", 900)
+        };
+        let load = load_without("QUEEN_SWEEPER_CLAIM_BATCH", &workload, &[50, 200]);
+        assert!(!load.contains("CLAIM_BATCH"), "{load}");
+        assert!(load.ends_with("QUEEN_SWEEPER_MAX_SLEEP_MS=900"), "{load}");
+        let only = |batch| Workload::quiet("q", 1).knob("QUEEN_SWEEPER_CLAIM_BATCH", batch);
         assert_eq!(
-            largest_within_double_of_baseline(&points, 8_388_608),
-            (Some(8_388_608), true)
+            load_without("QUEEN_SWEEPER_CLAIM_BATCH", &only, &[50]),
+            "3 brokers"
         );
-        assert!(!largest_within_double_of_baseline(&points, 67_108_864).1);
     }
 
     #[test]
-    fn prune_growth_edges_point_the_right_way() {
-        let cadence = [(250, 0.0), (1_000, 0.2), (4_000, 40.0), (16_000, 150.0)];
-        assert_eq!(largest_with_no_growth(&cadence, 1_000), (Some(1_000), true));
-        let batch = [(1, 300.0), (5, 90.0), (50, 0.0), (1_000, 0.0)];
-        assert_eq!(smallest_with_no_growth(&batch, 1_000), (Some(50), true));
+    fn a_knobs_default_is_valid_only_with_the_other_defaults() {
+        assert_eq!(valid_default("QUEEN_SWEEPER_CLAIM_BATCH", 800), Ok(()));
+        assert!(valid_default(LEASE, 2_000).is_err());
+        assert!(valid_default("QUEEN_SWEEPER_CLAIM_BATCH", 0).is_err());
+        assert_eq!(valid_default("log_timers fillfactor", 70), Ok(()));
     }
 }

@@ -74,6 +74,10 @@ enum Command {
         /// Only the settings whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// Runs per point (at least 3 for a block: min / median / max, and an edge is resolved
+        /// only when its range clears its neighbour's).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+        reps: u32,
     },
     /// The sweeper against the physical limit (1, 2, 4 connections), PG CPU per timer, each
     /// call's time at 0-1M pending, lateness against the rate, a burst, a SIGKILL, RSS, idle cost.
@@ -115,6 +119,13 @@ enum Command {
         dir: PathBuf,
         #[arg(long, default_value = "sql")]
         sql_dir: PathBuf,
+        /// The sweeper's config.rs, whose knobs table holds the defaults the blocks decide.
+        #[arg(long, default_value = "sweeper/src/config.rs")]
+        config: PathBuf,
+        /// Apply the blocks that can be and list the refused ones (default: a refusal writes
+        /// nothing).
+        #[arg(long)]
+        partial: bool,
     },
     /// The dated blocks in force, and which of them were measured on the code in force (no
     /// database).
@@ -135,10 +146,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The commands that need no database, and no runtime.
     let offline = match &cli.command {
-        Some(Command::ApplyBlocks { dir, sql_dir }) => Some(
-            blocks::apply(dir, sql_dir)
-                .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
-                .map_err(Error::Message),
+        Some(Command::ApplyBlocks {
+            dir,
+            sql_dir,
+            config,
+            partial,
+        }) => Some(
+            blocks::apply(
+                dir,
+                blocks::Targets {
+                    sql_dir,
+                    config,
+                    partial: *partial,
+                },
+            )
+            .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
+            .map_err(Error::Message),
         ),
         Some(Command::Blocks {
             check: true,
@@ -277,9 +300,12 @@ async fn soak(cli: Cli) -> Result<(), Error> {
 
     match (&cli.command, cli.smoke) {
         (_, true) => smoke(&run, &rig, &date, binary.is_some()).await,
-        (Some(Command::Experiments { only }), _) => {
-            let seconds = cli.seconds.unwrap_or(18);
-            run_experiments(&run, seconds, only.as_deref(), (&date, &rig), &out).await
+        (Some(Command::Experiments { only, reps }), _) => {
+            let scale = Scale {
+                seconds: cli.seconds.unwrap_or(12),
+                reps: *reps,
+            };
+            run_experiments(&run, scale, only.as_deref(), (&date, &rig), &out).await
         }
         (Some(Command::Bench { only }), _) => {
             run_bench(&run, cli.seconds.unwrap_or(30), only, (&date, &rig), &out).await
@@ -401,12 +427,12 @@ fn today() -> String {
 /// `soak experiments`: the sweeps, then their findings, blocks and report in `out`.
 async fn run_experiments(
     run: &Run<'_>,
-    seconds: u64,
+    scale: Scale,
     only: Option<&str>,
     (date, rig): (&str, &Rig),
     out: &Path,
 ) -> Result<(), Error> {
-    let mut findings = experiments::run_all(run, Scale { seconds }, only, (date, rig)).await?;
+    let mut findings = experiments::run_all(run, scale, only, (date, rig)).await?;
     if only.is_some() {
         // Keep the other settings' findings of an earlier run in the same directory.
         findings = report::merge_findings(out, findings)?;
@@ -532,8 +558,16 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         );
     }
     check_delivery(&runs)?;
-    let findings =
-        experiments::run_all(run, Scale { seconds: 8 }, Some("MAX_SLEEP"), (date, rig)).await?;
+    let findings = experiments::run_all(
+        run,
+        Scale {
+            seconds: 8,
+            reps: 1,
+        },
+        Some("MAX_SLEEP"),
+        (date, rig),
+    )
+    .await?;
     let emitted = blocks::blocks(&findings, rig, date);
     if emitted.is_empty() {
         return Err(Error::Broken(
@@ -547,7 +581,20 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         &scratch.join("blocks.sql"),
         &blocks::file_text(&emitted, rig, date),
     )?;
-    let applied = blocks::apply(&scratch, &sql_copy)?;
+    let config_copy = scratch.join("config.rs");
+    std::fs::copy("sweeper/src/config.rs", &config_copy).map_err(|e| {
+        Error::Message(format!(
+            "cannot copy sweeper/src/config.rs (soak runs from the repository root): {e}"
+        ))
+    })?;
+    let applied = blocks::apply(
+        &scratch,
+        blocks::Targets {
+            sql_dir: &sql_copy,
+            config: &config_copy,
+            partial: true,
+        },
+    )?;
     let _ = std::fs::remove_dir_all(&scratch);
     println!(
         "smoke: {} block(s) emitted and applied to a copy of sql/: {}",

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use queen_harness::LineChart;
+use queen_harness::{LineChart, Mark, SweepChart, SweepPoint};
 
 use crate::bench::Bench;
 use crate::error::Error;
@@ -195,25 +195,36 @@ fn findings_table(page: &mut String, findings: &[Finding]) {
     }
     let _ = writeln!(
         page,
-        "| setting | shipped | edge of the symptom | shipped is safe | measured | load | observed |"
+        "| setting | shipped | decided | edge of side 1 | shipped safe on every side | runs per value | measured | commit | load |"
     );
-    let _ = writeln!(page, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(page, "|---|---|---|---|---|---|---|---|---|");
     for f in findings {
         let measured = match rigs.iter().position(|r| *r == f.rig) {
             Some(i) => format!("{} (rig {})", f.measured_on, i + 1),
             None => "before findings were dated (see blocks.sql)".to_owned(),
         };
+        let decided = match &f.decision {
+            None => "(not decided by rule)".to_owned(),
+            Some(d) => d.value.map_or("**none**".to_owned(), |v| {
+                if v == f.shipped {
+                    v.to_string()
+                } else {
+                    format!("**{v}**")
+                }
+            }),
+        };
         let _ = writeln!(
             page,
-            "| `{}` | {} | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {decided} | {} | {} | {} | {} | {} | {} |",
             f.setting,
             f.shipped,
             f.threshold
                 .map_or("none found in the sweep".to_owned(), |t| t.to_string()),
             if f.shipped_ok { "yes" } else { "**no**" },
+            f.reps.max(1),
             measured,
+            if f.commit.is_empty() { "-" } else { &f.commit },
             f.load,
-            f.observed
         );
     }
     let _ = writeln!(page);
@@ -387,41 +398,140 @@ fn chart(title: &str) -> LineChart<'_> {
 }
 
 fn experiment_plots(page: &mut String, dir: &Path, findings: &[Finding]) -> Result<(), Error> {
-    let _ = writeln!(page, "## Experiments over time\n");
-    for f in findings
-        .iter()
-        .filter(|f| f.points.iter().any(|p| p.result.is_some()))
-    {
-        let metric: fn(&crate::run::Sample) -> f64 = match f.setting.as_str() {
-            s if s.starts_with("QUEEN_KV_EXPIRE") => |s| s.expired_not_pruned as f64,
-            "QUEEN_SWEEPER_MAX_FIRE_BYTES" => |s| s.push_p99_ms,
-            "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS" => |s| s.probe_claim_per_s,
-            "QUEEN_SWEEPER_LEASE_MS" => |s| s.stale_segments as f64,
-            _ => |s| s.fired_per_s,
-        };
-        let lines: Vec<(String, Vec<(f64, f64)>)> = f
-            .points
-            .iter()
-            .filter_map(|p| {
-                p.result.as_ref().map(|r| {
-                    (
-                        format!("{}", p.value),
-                        r.series.iter().map(|s| (s.t_s as f64, metric(s))).collect(),
-                    )
+    let _ = writeln!(page, "## Experiments\n");
+    for f in findings {
+        let _ = writeln!(page, "### `{}`\n", f.setting);
+        if let Some(d) = &f.decision {
+            let _ = writeln!(
+                page,
+                "Decision: **{}** (shipped {}): {}.\n",
+                d.value.map_or("none".to_owned(), |v| v.to_string()),
+                f.shipped,
+                d.reason
+            );
+        }
+        let stem = f.setting.to_lowercase().replace(' ', "-");
+        for (i, side) in f.sides.iter().enumerate() {
+            let file = format!("sweep-{stem}-{}.svg", i + 1);
+            sweep_chart(dir, &file, f, side)?;
+            let _ = writeln!(
+                page,
+                "{}. {}\n\n   {}\n\n   ![{} side {}]({file})\n",
+                i + 1,
+                side.symptom,
+                side.words(),
+                f.setting,
+                i + 1
+            );
+        }
+        if f.sides.is_empty() {
+            let _ = writeln!(page, "{}\n", f.observed);
+        }
+        if f.points.iter().any(|p| p.result.is_some()) {
+            let (y_label, metric) = over_time_metric(&f.setting);
+            let lines: Vec<(String, Vec<(f64, f64)>)> = f
+                .points
+                .iter()
+                .filter_map(|p| {
+                    p.result.as_ref().map(|r| {
+                        (
+                            format!("{}", p.value),
+                            r.series.iter().map(|s| (s.t_s as f64, metric(s))).collect(),
+                        )
+                    })
                 })
-            })
-            .collect();
-        let file = format!(
-            "experiment-{}.svg",
-            f.setting.to_lowercase().replace(' ', "-")
-        );
-        chart(&f.setting).write_svg(&dir.join(&file), &lines)?;
-        let _ = writeln!(
-            page,
-            "### `{}`\n\n{}\n\n![{}]({file})\n",
-            f.setting, f.observed, f.setting
-        );
+                .collect();
+            let file = format!("experiment-{stem}.svg");
+            let title = format!("{} over the median run of each value", f.setting);
+            LineChart {
+                title: &title,
+                x_label: "seconds into the run",
+                y_label,
+            }
+            .write_svg(&dir.join(&file), &lines)?;
+            let _ = writeln!(page, "Over time:\n\n![{}]({file})\n", f.setting);
+        }
     }
+    Ok(())
+}
+
+/// What a sweep's over-time chart plots per second, and its axis label.
+fn over_time_metric(setting: &str) -> (&'static str, fn(&crate::run::Sample) -> f64) {
+    match setting {
+        s if s.starts_with("QUEEN_KV_EXPIRE") => ("expired-but-present KV rows", |s| {
+            s.expired_not_pruned as f64
+        }),
+        "QUEEN_SWEEPER_MAX_FIRE_BYTES" => ("push p99 (ms)", |s| s.push_p99_ms),
+        s if s.starts_with("QUEEN_SWEEPER_EMPTY_CLAIM") => {
+            ("probe + claim calls/s", |s| s.probe_claim_per_s)
+        }
+        "QUEEN_SWEEPER_LEASE_MS" => ("stale segments", |s| s.stale_segments as f64),
+        "QUEEN_SWEEPER_MAX_SLEEP_MS" => ("lateness p99 (ms)", |s| s.lateness_p99_ms),
+        "log_timers fillfactor" => ("log_timers bytes", |s| s.timers_bytes as f64),
+        _ => ("timers fired/s", |s| s.fired_per_s),
+    }
+}
+
+/// One side of a sweep: its metric's median and range against the setting's value, with the
+/// shipped value, the edge and the decided value marked.
+fn sweep_chart(
+    dir: &Path,
+    file: &str,
+    f: &Finding,
+    side: &crate::experiments::Side,
+) -> Result<(), Error> {
+    let points: Vec<SweepPoint> = side
+        .points
+        .iter()
+        .map(|p| {
+            let (low, high) = p.range();
+            SweepPoint {
+                label: p.value.to_string(),
+                median: p.metric,
+                low,
+                high,
+            }
+        })
+        .collect();
+    let index = |v: u64| side.points.iter().position(|p| p.value == v);
+    let mut marks = Vec::new();
+    if let Some(at) = index(f.shipped) {
+        marks.push(Mark {
+            at,
+            name: format!("shipped {}", f.shipped),
+        });
+    }
+    if let Some(at) = side.edge.and_then(index) {
+        let resolved = if side.edge_resolved {
+            ""
+        } else {
+            ", not resolved"
+        };
+        marks.push(Mark {
+            at,
+            name: format!("edge {}{resolved}", side.edge.unwrap_or_default()),
+        });
+    }
+    if let Some(v) = f.decision.as_ref().and_then(|d| d.value)
+        && v != f.shipped
+        && let Some(at) = index(v)
+    {
+        marks.push(Mark {
+            at,
+            name: format!("decided {v}"),
+        });
+    }
+    let x_label = if f.unit.is_empty() {
+        f.setting.clone()
+    } else {
+        format!("{} ({})", f.setting, f.unit)
+    };
+    SweepChart {
+        title: &side.symptom.chars().take(90).collect::<String>(),
+        x_label: &x_label,
+        y_label: &side.metric_name.chars().take(70).collect::<String>(),
+    }
+    .write_svg(&dir.join(file), &points, &marks)?;
     Ok(())
 }
 

@@ -77,6 +77,10 @@ pub struct Workload {
     /// nothing.
     #[serde(default)]
     pub incompressible_payloads: bool,
+    /// The stream's tenants start at this index (`t{offset}`...), so a stream can be a tenant of
+    /// its own beside a backlog (whose tenants start at `t0`).
+    #[serde(default)]
+    pub stream_tenant_offset: u32,
 }
 
 impl Workload {
@@ -112,6 +116,7 @@ impl Workload {
             naive_claim_then_fire: false,
             naive_floor_after_empty_claim: false,
             incompressible_payloads: false,
+            stream_tenant_offset: 0,
         }
     }
 
@@ -174,6 +179,9 @@ impl Workload {
         if self.backlog > 0 || self.timers_per_s > 0 {
             parts.push(format!("{} B payloads", self.payload_bytes));
         }
+        if self.backlog > 0 && self.timers_per_s > 0 && self.stream_tenant_offset > 0 {
+            parts.push("the stream a tenant of its own".to_owned());
+        }
         if self.pushers > 0 {
             parts.push(format!(
                 "{} pushers × {}/s × {} messages of {} B",
@@ -205,6 +213,17 @@ impl RunResult {
     /// backlog, not diluted by idle seconds), from database timestamps.
     pub fn busy_fired_per_s(&self) -> f64 {
         (self.counters.fired as f64 / self.fire_span_s.max(1e-3)).round()
+    }
+
+    /// The backlog's own drain rate (timers/s between its first and its last fire, database
+    /// timestamps), not diluted by a stream fired beside it; the busy rate without a backlog.
+    pub fn backlog_fired_per_s(&self) -> f64 {
+        match self.backlog_fire_span_s {
+            Some(span) if self.workload.backlog > 0 => {
+                (f64::from(self.workload.backlog) / span.max(1e-3)).round()
+            }
+            _ => self.busy_fired_per_s(),
+        }
     }
 
     /// How fast the expired-but-present KV rows grew over the second half of the run (rows/s).
@@ -272,6 +291,9 @@ pub struct RunResult {
     pub counters: Counters,
     pub fired_per_s: f64,
     pub lateness_ms: Spread,
+    /// The lateness of the streamed timers alone (not the backlog's), when there were any.
+    #[serde(default)]
+    pub stream_lateness_ms: Option<Spread>,
     pub push_latency_ms: Spread,
     pub wal_bytes_per_s: f64,
     /// Calls per second per broker, by kind.
@@ -284,6 +306,9 @@ pub struct RunResult {
     pub broker_peak_rss_kib: Option<u64>,
     /// Seconds from the first to the last fired message (database timestamps).
     pub fire_span_s: f64,
+    /// From the backlog's first fired timer to its last, seconds (None: no backlog).
+    #[serde(default)]
+    pub backlog_fire_span_s: Option<f64>,
     /// The load's start, epoch seconds (the origin of `series` and of the lateness seconds).
     #[serde(default)]
     pub start_epoch_s: f64,
@@ -575,7 +600,18 @@ impl Run<'_> {
             schedule_failures,
             first_schedule_error,
         } = measured;
-        let overall = lateness_into(&db.lateness(start_epoch_s).await?, &mut series);
+        let late = db.lateness(start_epoch_s).await?;
+        let overall = lateness_into(&late, &mut series);
+        let stream_lateness_ms = match db.stream_lateness().await? {
+            stream if stream.is_empty() => None,
+            stream => {
+                let mut h = histogram();
+                for late_ms in stream {
+                    h.saturating_record((late_ms.max(0.0) * 1000.0) as u64 + 1);
+                }
+                Some(Spread::of(&h, 1000.0))
+            }
+        };
         let (duplicates, never_fired, fired_early) = db.delivery_faults().await?;
         let fire_window_epoch_s = db.fire_window_epoch_s().await?;
         let wal: f64 =
@@ -597,6 +633,7 @@ impl Run<'_> {
             fired_per_s: (counters.fired as f64 / seconds.max(1e-9) * 10.0).round() / 10.0,
             counters,
             lateness_ms: Spread::of(&overall, 1000.0),
+            stream_lateness_ms,
             push_latency_ms: Spread::of(&push_latency_us, 1000.0),
             wal_bytes_per_s: wal.round(),
             queries_per_s_per_broker,
@@ -606,6 +643,10 @@ impl Run<'_> {
             fired_early,
             broker_peak_rss_kib,
             fire_span_s: fire_window_epoch_s.map_or(0.0, |(first, last)| last - first),
+            backlog_fire_span_s: db
+                .backlog_fire_window_epoch_s()
+                .await?
+                .map(|(first, last)| last - first),
             start_epoch_s,
             fire_window_epoch_s,
             due_window_epoch_s: db.due_window_epoch_s().await?,
@@ -910,7 +951,10 @@ async fn schedule_load(
         }
         let count = timers_at_tick(&w, tick, &mut owed);
         if count > 0 {
-            let tenant = format!("t{}", tick % u64::from(w.tenants.max(1)));
+            let tenant = format!(
+                "t{}",
+                u64::from(w.stream_tenant_offset) + tick % u64::from(w.tenants.max(1))
+            );
             let (txns, ops) = timers.next(&w, count);
             // A burst goes in calls of at most the API's default size (one call of 20 000 ran
             // past the statement timeout), each aimed at the same instant.

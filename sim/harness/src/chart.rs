@@ -93,6 +93,130 @@ impl LineChart<'_> {
     }
 }
 
+/// One value of a swept setting: its label on the x axis, and the median and range of the runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPoint {
+    pub label: String,
+    pub median: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// A value of the sweep marked with a vertical line and named in the legend (the edge, the
+/// shipped value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// Index into the points.
+    pub at: usize,
+    pub name: String,
+}
+
+/// A sweep: the setting's values evenly spaced across (they are usually a geometric series),
+/// the median of each value's runs joined by a line, the range of the runs as a bar, and marks.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepChart<'a> {
+    pub title: &'a str,
+    /// The setting and its unit.
+    pub x_label: &'a str,
+    /// The metric and its unit.
+    pub y_label: &'a str,
+}
+
+impl SweepChart<'_> {
+    pub fn write_svg(
+        &self,
+        path: &Path,
+        points: &[SweepPoint],
+        marks: &[Mark],
+    ) -> Result<(), Error> {
+        self.draw(path, points, marks)
+            .map_err(|source| Error::Chart {
+                path: path.to_owned(),
+                source,
+            })
+    }
+
+    fn draw(
+        &self,
+        path: &Path,
+        points: &[SweepPoint],
+        marks: &[Mark],
+    ) -> Result<(), plotters::drawing::DrawingAreaErrorKind<std::io::Error>> {
+        use plotters::prelude::*;
+        let y_max = points
+            .iter()
+            .map(|p| p.high.max(p.median))
+            .fold(1e-9, f64::max)
+            * 1.15;
+        let n = points.len().max(1);
+        let root = SVGBackend::new(path, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(self.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(Y_LABEL_AREA)
+            .build_cartesian_2d((0..n as i32).into_segmented(), 0.0..y_max)?;
+        let at = |i: usize| SegmentValue::CenterOf(i as i32);
+        let label_of = |x: &SegmentValue<i32>| -> String {
+            match x {
+                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => usize::try_from(*i)
+                    .ok()
+                    .and_then(|i| points.get(i))
+                    .map_or_else(String::new, |p| p.label.clone()),
+                SegmentValue::Last => String::new(),
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_labels(n)
+            .x_label_formatter(&label_of)
+            .disable_x_mesh()
+            .x_desc(self.x_label)
+            .y_desc(self.y_label)
+            .draw()?;
+        let (r, g, b) = PALETTE[0];
+        let line = RGBColor(r, g, b);
+        for (i, mark) in marks.iter().enumerate() {
+            let (r, g, b) = PALETTE[(i + 1) % PALETTE.len()];
+            let color = RGBColor(r, g, b);
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(at(mark.at), 0.0), (at(mark.at), y_max)],
+                    color.stroke_width(2 + 2 * i as u32),
+                )))?
+                .label(mark.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().enumerate().map(|(i, p)| (at(i), p.median)),
+                line.stroke_width(2),
+            ))?
+            .label("median of the runs; bar: min to max")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], line.stroke_width(2))
+            });
+        chart.draw_series(
+            points
+                .iter()
+                .enumerate()
+                .map(|(i, p)| Circle::new((at(i), p.median), 4, line.filled())),
+        )?;
+        chart.draw_series(points.iter().enumerate().map(|(i, p)| {
+            PathElement::new(vec![(at(i), p.low), (at(i), p.high)], BLACK.stroke_width(1))
+        }))?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .draw()?;
+        root.present()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +253,51 @@ mod tests {
             .write_svg(path, &[("a".to_owned(), vec![(0.0, 0.0)])])
             .expect_err("no such directory");
         assert!(error.to_string().contains("chart.svg"), "{error}");
+    }
+
+    #[test]
+    fn a_sweep_chart_labels_its_axes_values_and_marks() {
+        let path = std::env::temp_dir().join(format!("harness-sweep-{}.svg", std::process::id()));
+        let chart = SweepChart {
+            title: "QUEEN_SWEEPER_CLAIM_BATCH",
+            x_label: "claim batch (rows)",
+            y_label: "drain rate (timers/s)",
+        };
+        let points: Vec<SweepPoint> = [(50, 7_000.0), (200, 13_000.0), (800, 18_000.0)]
+            .iter()
+            .map(|(v, m)| SweepPoint {
+                label: v.to_string(),
+                median: *m,
+                low: m * 0.9,
+                high: m * 1.1,
+            })
+            .collect();
+        let marks = [
+            Mark {
+                at: 2,
+                name: "edge 800".into(),
+            },
+            Mark {
+                at: 1,
+                name: "shipped 200".into(),
+            },
+        ];
+        chart.write_svg(&path, &points, &marks).expect("draws");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        std::fs::remove_file(&path).expect("removed");
+        for text in [
+            "claim batch (rows)",
+            "drain rate (timers/s)",
+            "50",
+            "200",
+            "800",
+            "edge 800",
+            "shipped 200",
+        ] {
+            assert!(
+                svg.lines().any(|l| l.trim() == text),
+                "{text} missing from the chart"
+            );
+        }
     }
 }
