@@ -580,6 +580,12 @@ pub struct Agreement {
     pub sim_commit: Option<String>,
     pub cases: Vec<CaseResult>,
     pub verdicts: Vec<Verdict>,
+    /// The sweeper's knob defaults at the rig's commit: a case's workload names only the knobs
+    /// it sets, so `--check` and `--resim` run the simulation with these for the rest, and a
+    /// default changed since (by `apply-blocks`) does not move the sim away from the rig it is
+    /// compared with.
+    #[serde(default)]
+    pub defaults: std::collections::BTreeMap<String, u64>,
     /// The shortest swept lease at which the naive drain had no stale segment, per side (None:
     /// stale at every swept lease).
     pub naive_clean_lease_ms: (Option<u64>, Option<u64>),
@@ -709,7 +715,32 @@ pub async fn run(
         verdicts,
         naive_clean_lease_ms,
         sim_commit: None,
+        defaults: current_defaults(),
     })
+}
+
+/// Every knob's default in this build.
+fn current_defaults() -> std::collections::BTreeMap<String, u64> {
+    knob::ALL
+        .iter()
+        .map(|k| (k.var.to_owned(), k.default))
+        .collect()
+}
+
+/// `w` with the knobs it leaves unset pinned at `defaults` where they differ from this build's
+/// (the stored run's defaults, for a report measured before a default changed).
+fn pinned(w: &Workload, defaults: &std::collections::BTreeMap<String, u64>) -> Workload {
+    let mut w = w.clone();
+    for k in knob::ALL {
+        let set = w.knobs.iter().any(|(var, _)| var == k.var);
+        match defaults.get(k.var) {
+            Some(&then) if !set && then != k.default => {
+                w.knobs = w.knobs.clone().with_var(k.var, then);
+            }
+            _ => {}
+        }
+    }
+    w
 }
 
 /// The cases named in `only`, in their usual order (all of them when `only` is empty).
@@ -1002,7 +1033,11 @@ pub fn check(dir: &Path, model: &Model) -> Result<Vec<String>, Error> {
     let costs = model.costs;
     let mut broken = Vec::new();
     for case in &stored.cases {
-        let sim = simulate(&case.workload, costs, case.rig_sides())?;
+        let sim = simulate(
+            &pinned(&case.workload, &stored.defaults),
+            costs,
+            case.rig_sides(),
+        )?;
         for (now, then) in rows(&case.name, case.rig_sides(), &sim)
             .iter()
             .zip(&case.rows)
@@ -1050,7 +1085,11 @@ pub fn resim(dir: &Path, commit: &str, model: &Model) -> Result<Agreement, Error
             )));
         }
         eprintln!("soak: agreement --resim: {}", case.name);
-        case.sim = simulate(&case.workload, costs, case.rig_sides())?;
+        case.sim = simulate(
+            &pinned(&case.workload, &a.defaults),
+            costs,
+            case.rig_sides(),
+        )?;
         case.rows = rows(&case.name, case.rig_sides(), &case.sim);
     }
     let (verdicts, edges) = verdicts(&a.cases);
@@ -1145,6 +1184,24 @@ mod tests {
         assert_eq!((at_rig(2) - at_rig(1), at_rig(3) - at_rig(1)), (20, 40));
     }
 
+    #[test]
+    fn a_stored_run_is_simulated_with_the_defaults_it_ran_with() {
+        let w = Workload::quiet("q", 1).knob("QUEEN_SWEEPER_LEASE_MS", 4_000);
+        let mut then = current_defaults();
+        then.insert(
+            "QUEEN_SWEEPER_MIN_SLEEP_MS".into(),
+            knob::MIN_SLEEP_MS.default + 4,
+        );
+        then.insert("QUEEN_SWEEPER_LEASE_MS".into(), 9_000);
+        let p = pinned(&w, &then);
+        let knobs: Vec<(&str, u64)> = p.knobs.iter().collect();
+        assert!(knobs.contains(&("QUEEN_SWEEPER_MIN_SLEEP_MS", knob::MIN_SLEEP_MS.default + 4)));
+        // A knob the case sets is the case's; a default unchanged is not written.
+        assert!(knobs.contains(&("QUEEN_SWEEPER_LEASE_MS", 4_000)));
+        assert_eq!(knobs.len(), 2, "{knobs:?}");
+        assert_eq!(pinned(&w, &Default::default()), w);
+    }
+
     /// What `resim` answers for a report holding one case, `name`, measured with `workload`.
     fn resim_of(name: &str, workload: Workload) -> Result<Agreement, Error> {
         let dir = std::env::temp_dir().join(format!("queen-resim-{}-{name}", std::process::id()));
@@ -1154,6 +1211,7 @@ mod tests {
             rig: "rig".into(),
             calibration: "cal".into(),
             sim_commit: None,
+            defaults: Default::default(),
             cases: vec![CaseResult {
                 name: name.into(),
                 what: name.into(),

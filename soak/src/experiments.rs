@@ -258,6 +258,22 @@ impl Side {
     }
 }
 
+/// Recomputes the decision of every finding that carries its sides (after a change of the rule;
+/// the measurements stay as they were). The usage rollup's finding is decided where it is
+/// measured and is kept.
+pub fn redecide(findings: &mut [Finding]) {
+    for f in findings.iter_mut().filter(|f| f.setting != USAGE) {
+        if f.sides.is_empty() {
+            continue;
+        }
+        let values: Vec<u64> = f.points.iter().map(|p| p.value).collect();
+        let setting = f.setting.clone();
+        f.decision = Some(decide(f.shipped, &values, &f.sides, |v| {
+            valid_default(&setting, v)
+        }));
+    }
+}
+
 /// The value the decision rule gives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
@@ -1068,9 +1084,11 @@ fn finding(sweep: &Sweep, reps: u32, points: Vec<Point>, sides: Vec<Side>) -> Fi
 /// 2. The margin: when the edge is resolved (its min-max range clears the range of its neighbour
 ///    on the symptom side), the edge itself; otherwise one measured step further into the safe
 ///    side.
-/// 3. From there, further into the safe side, the first measured value that every other side
-///    measured and found safe and that `valid` accepts (the other knobs' constraints). A first
-///    side with no edge sought keeps the shipped value, if it is safe on every side.
+/// 3. Least change: the value in force stays when it lies at or beyond that point and every
+///    side finds it safe (a default moves only when a measurement demands it). Otherwise, from
+///    that point further into the safe side, the first measured value that every side measured
+///    and found safe and that `valid` accepts (the other knobs' constraints). A first side with
+///    no edge sought keeps the shipped value, if it is safe on every side.
 /// 4. No such value: no decision, and the reason names the side that refused.
 pub fn decide(
     shipped: u64,
@@ -1138,6 +1156,20 @@ pub fn decide(
     } else {
         format!("the edge {edge} is not resolved: one step beyond it")
     };
+    // Least change: the value in force stays where the margin already puts it.
+    if ordered
+        .iter()
+        .position(|v| *v == shipped)
+        .is_some_and(|i| i >= start)
+        && acceptable(shipped).is_ok()
+    {
+        return Decision {
+            value: Some(shipped),
+            reason: format!(
+                "{margin}; the value in force lies beyond it and is safe on every side"
+            ),
+        };
+    }
     let mut refusals = Vec::new();
     for &value in ordered.iter().skip(start) {
         match acceptable(value) {
@@ -1438,7 +1470,7 @@ mod tests {
             Criterion::Zero,
             Toward::Below,
         );
-        let d = decide(8_000, &values, std::slice::from_ref(&resolved), ok);
+        let d = decide(500, &values, std::slice::from_ref(&resolved), ok);
         assert_eq!(d.value, Some(2_000), "{}", d.reason);
         let unresolved = side(
             &[
@@ -1449,7 +1481,7 @@ mod tests {
             Criterion::Zero,
             Toward::Below,
         );
-        let d = decide(8_000, &values, std::slice::from_ref(&unresolved), ok);
+        let d = decide(500, &values, std::slice::from_ref(&unresolved), ok);
         assert_eq!(
             d.value,
             Some(2_000),
@@ -1497,8 +1529,29 @@ mod tests {
         );
         assert!(d.reason.contains("30000 shows side 2"), "{}", d.reason);
         // A value the other side did not run cannot be chosen.
-        let d = decide(30_000, &[500, 2_000], &[stale, crash], ok);
+        let d = decide(500, &[500, 2_000, 30_000], &[stale, crash], ok);
         assert_eq!(d.value, Some(2_000));
+    }
+
+    #[test]
+    fn a_value_in_force_beyond_the_margin_and_safe_everywhere_stays() {
+        let values = [500, 2_000, 8_000];
+        let resolved = side(
+            &[
+                (500, &[4.0, 5.0]),
+                (2_000, &[0.0, 0.0]),
+                (8_000, &[0.0, 0.0]),
+            ],
+            Criterion::Zero,
+            Toward::Below,
+        );
+        let d = decide(8_000, &values, std::slice::from_ref(&resolved), ok);
+        assert_eq!(d.value, Some(8_000), "{}", d.reason);
+        assert!(
+            d.reason.contains("value in force lies beyond"),
+            "{}",
+            d.reason
+        );
     }
 
     #[test]

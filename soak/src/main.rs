@@ -139,6 +139,10 @@ enum Command {
         strict: bool,
         #[arg(long, default_value = "sql")]
         sql_dir: PathBuf,
+        /// Apply the decision rule in force again to the findings of an experiments directory
+        /// (its measurements unchanged) and rewrite its blocks.sql and report.
+        #[arg(long, value_name = "DIR", conflicts_with = "check")]
+        redecide: Option<PathBuf>,
     },
 }
 
@@ -160,16 +164,33 @@ fn main() -> ExitCode {
                     partial: *partial,
                 },
             )
-            .map(|applied| applied.iter().map(|l| format!("applied {l}")).collect())
+            .map(|applied| {
+                applied
+                    .iter()
+                    .map(|l| {
+                        if l.starts_with("REFUSED ") {
+                            l.clone()
+                        } else {
+                            format!("applied {l}")
+                        }
+                    })
+                    .collect()
+            })
             .map_err(Error::Message),
         ),
         Some(Command::Blocks {
             check: true,
             strict,
             sql_dir,
+            ..
         }) => Some(blocks_check(sql_dir, *strict)),
+        Some(Command::Blocks {
+            redecide: Some(dir),
+            ..
+        }) => Some(report::redecide(dir)),
         Some(Command::Blocks { check: false, .. }) => Some(Err(Error::Message(
-            "soak blocks: say --check (the blocks are written by soak experiments)".into(),
+            "soak blocks: say --check or --redecide DIR (the blocks are written by soak experiments)"
+                .into(),
         ))),
         Some(Command::Agreement {
             resim: Some(dir),

@@ -141,6 +141,30 @@ pub fn rebuild_existing(dir: &Path) -> Result<(), Error> {
     rebuild(dir)
 }
 
+/// `soak blocks --redecide DIR`: the decision rule in force applied again to the findings in
+/// `dir`; rewrites experiments.json, blocks.sql and the report. Returns what it decided.
+pub fn redecide(dir: &Path) -> Result<Vec<String>, Error> {
+    let rig: Rig = read_json(dir, RIG)?
+        .ok_or_else(|| Error::Message(format!("{}: no {RIG}", dir.display())))?;
+    let mut findings: Vec<Finding> = read_json(dir, EXPERIMENTS)?
+        .ok_or_else(|| Error::Message(format!("{}: no {EXPERIMENTS}", dir.display())))?;
+    crate::experiments::redecide(&mut findings);
+    let date = findings
+        .first()
+        .map_or_else(String::new, |f| f.measured_on.clone());
+    let emitted = crate::blocks::blocks(&findings, &rig, &date);
+    write_json(dir, EXPERIMENTS, &findings)?;
+    write_file(
+        &dir.join("blocks.sql"),
+        &crate::blocks::file_text(&emitted, &rig, &date),
+    )?;
+    rebuild(dir)?;
+    Ok(emitted
+        .iter()
+        .map(|b| format!("{} = {}: {:?}", b.setting, b.value, b.decided()))
+        .collect())
+}
+
 /// Rebuilds `report.md` and the plots from the JSON in `dir`.
 pub fn rebuild(dir: &Path) -> Result<(), Error> {
     let rig: Option<Rig> = read_json(dir, RIG)?;

@@ -48,7 +48,7 @@ pub mod knob {
     const HOUR_MS: u64 = 3_600_000;
 
     knobs! {
-        MIN_SLEEP_MS = "QUEEN_SWEEPER_MIN_SLEEP_MS", 5, [1, 60_000],
+        MIN_SLEEP_MS = "QUEEN_SWEEPER_MIN_SLEEP_MS", 1, [1, 60_000],
             "floor of the sleep when work is genuinely available";
         MAX_SLEEP_MS = "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, [1, 60_000],
             "ceiling of every sleep: the worst-case delay for a timer scheduled on another broker";
@@ -62,7 +62,7 @@ pub mod knob {
             "rows per claim call";
         CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 5_000, [1, 10_000_000],
             "rows per drain pass before the probe runs again";
-        MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 1024 * 1024, [1024, 1024 * 1024 * 1024],
+        MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 8_388_608, [1024, 1024 * 1024 * 1024],
             "bytes per fire transaction; a bigger batch splits into several calls";
         DUE_CAP = "QUEEN_SWEEPER_DUE_CAP", 2_000, [1, 10_000_000],
             "the probe counts due rows up to this number";
