@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use queen_harness::{LineChart, Mark, SweepChart, SweepPoint};
+use queen_harness::{LineChart, Mark, SweepPoint};
 
 use crate::bench::Bench;
 use crate::error::Error;
@@ -550,12 +550,12 @@ fn sweep_chart(
     } else {
         format!("{} ({})", f.setting, f.unit)
     };
-    SweepChart {
+    LineChart {
         title: &side.symptom.chars().take(90).collect::<String>(),
         x_label: &x_label,
         y_label: &side.metric_name.chars().take(70).collect::<String>(),
     }
-    .write_svg(&dir.join(file), &points, &marks)?;
+    .write_sweep_svg(&dir.join(file), &points, &marks)?;
     Ok(())
 }
 

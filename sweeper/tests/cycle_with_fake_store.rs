@@ -18,6 +18,10 @@ use queen_sweeper::{
     TRANSIENT_BACKOFF, TakeRequest, Taken, TakenDestination, TimerRef, UsageStep, identity_shard,
 };
 use tokio_util::sync::CancellationToken;
+
+/// The sleep floor when no test sets it: the shipped default (5 ms until the experiments at
+/// d852934 moved it to 1 ms; these tests are about the floor, not its number).
+const FLOOR: Duration = Duration::from_millis(queen_sweeper::knob::MIN_SLEEP_MS.default);
 use uuid::Uuid;
 
 // ---------------------------------------------------------------------------------------------
@@ -1458,7 +1462,7 @@ async fn a_drain_stopped_on_a_budget_sleeps_the_floor() {
     let report = sweeper.pass().await;
     assert_eq!(report.drain.map(|d| d.stop), Some(DrainStop::RowBudget));
     assert_eq!(report.outcome, Outcome::WorkAvailable);
-    assert_eq!(report.sleep, Duration::from_millis(5));
+    assert_eq!(report.sleep, FLOOR);
 
     // The lease budget: fires of 300 ms against a 1000 ms lease.
     let fake = FakeStore::new();
@@ -1477,8 +1481,13 @@ async fn a_drain_stopped_on_a_budget_sleeps_the_floor() {
     assert_eq!(drain.claims, 2);
     // Its 300 ms fires are past a fifth of the 500 ms statement timeout: the fire is under
     // pressure, and the sleep after work is the floor doubled once.
-    assert_eq!(report.outcome, Outcome::DueLater { next_in_ms: 10 });
-    assert_eq!(report.sleep, Duration::from_millis(10));
+    assert_eq!(
+        report.outcome,
+        Outcome::DueLater {
+            next_in_ms: (FLOOR * 2).as_millis() as u64
+        }
+    );
+    assert_eq!(report.sleep, FLOOR * 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1816,20 +1825,16 @@ async fn slow_takes_halve_the_batch_and_double_the_sleep_down_to_the_slowness_fl
     assert_eq!(
         pressured,
         [
-            (Duration::from_millis(10), 1),
-            (Duration::from_millis(20), 2),
-            (Duration::from_millis(20), 2),
-            (Duration::from_millis(20), 2)
+            (FLOOR * 2, 1),
+            (FLOOR * 4, 2),
+            (FLOOR * 4, 2),
+            (FLOOR * 4, 2)
         ],
         "the sleep after work doubles with each pressured pass, up to four times the floor"
     );
     assert_eq!(
         relieved,
-        [
-            (Duration::from_millis(10), 1),
-            (Duration::from_millis(5), 0),
-            (Duration::from_millis(5), 0)
-        ],
+        [(FLOOR * 2, 1), (FLOOR, 0), (FLOOR, 0)],
         "and comes back to the floor"
     );
 }
@@ -1876,7 +1881,7 @@ async fn a_capped_backlog_with_fast_calls_keeps_the_full_batch_and_the_floor() {
         let report = sweeper.pass().await;
         assert_eq!(report.drain.unwrap().stop, DrainStop::RowBudget);
         assert_eq!(report.outcome, Outcome::WorkAvailable);
-        assert_eq!(report.sleep, Duration::from_millis(5));
+        assert_eq!(report.sleep, FLOOR);
     }
     assert!(
         takes(&sweeper.store().calls())
@@ -2542,5 +2547,5 @@ async fn a_pass_that_fired_and_then_found_nothing_to_claim_sleeps_the_floor_not_
     assert_eq!((drain.stop, drain.fired), (DrainStop::NothingToClaim, 3));
     assert!(!drain.first_claim_empty());
     assert_eq!(report.outcome, Outcome::WorkAvailable);
-    assert_eq!(report.sleep, Duration::from_millis(5));
+    assert_eq!(report.sleep, FLOOR);
 }

@@ -111,32 +111,24 @@ pub struct Mark {
     pub name: String,
 }
 
-/// A sweep: the setting's values evenly spaced across (they are usually a geometric series),
-/// the median of each value's runs joined by a line, the range of the runs as a bar, and marks.
-#[derive(Debug, Clone, Copy)]
-pub struct SweepChart<'a> {
-    pub title: &'a str,
-    /// The setting and its unit.
-    pub x_label: &'a str,
-    /// The metric and its unit.
-    pub y_label: &'a str,
-}
-
-impl SweepChart<'_> {
-    pub fn write_svg(
+impl LineChart<'_> {
+    /// A sweep into an SVG file at `path`: the setting's values evenly spaced across (they are
+    /// usually a geometric series; `x_label` names the setting and its unit), the median of each
+    /// value's runs joined by a line, the range of the runs as a bar, and `marks`.
+    pub fn write_sweep_svg(
         &self,
         path: &Path,
         points: &[SweepPoint],
         marks: &[Mark],
     ) -> Result<(), Error> {
-        self.draw(path, points, marks)
+        self.draw_sweep(path, points, marks)
             .map_err(|source| Error::Chart {
                 path: path.to_owned(),
                 source,
             })
     }
 
-    fn draw(
+    fn draw_sweep(
         &self,
         path: &Path,
         points: &[SweepPoint],
@@ -258,7 +250,7 @@ mod tests {
     #[test]
     fn a_sweep_chart_labels_its_axes_values_and_marks() {
         let path = std::env::temp_dir().join(format!("harness-sweep-{}.svg", std::process::id()));
-        let chart = SweepChart {
+        let chart = LineChart {
             title: "QUEEN_SWEEPER_CLAIM_BATCH",
             x_label: "claim batch (rows)",
             y_label: "drain rate (timers/s)",
@@ -282,7 +274,9 @@ mod tests {
                 name: "shipped 200".into(),
             },
         ];
-        chart.write_svg(&path, &points, &marks).expect("draws");
+        chart
+            .write_sweep_svg(&path, &points, &marks)
+            .expect("draws");
         let svg = std::fs::read_to_string(&path).expect("written");
         std::fs::remove_file(&path).expect("removed");
         for text in [

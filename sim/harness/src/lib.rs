@@ -16,7 +16,7 @@ pub mod knobs;
 pub mod spread;
 
 pub use calibration::Calibration;
-pub use chart::{Line, LineChart, Mark, SweepChart, SweepPoint};
+pub use chart::{Line, LineChart, Mark, SweepPoint};
 pub use error::Error;
 pub use knobs::Knobs;
 pub use spread::{ShortSpread, Spread};
