@@ -3,7 +3,7 @@
 //! ```text
 //! soak                              the canonical workload; prints the headline numbers
 //! soak --smoke                      about a minute and a half, end to end (CI runs it)
-//! soak experiments [--only NAME]    one sweep per unmeasured setting (about 35 minutes here)
+//! soak experiments [--only NAME]    both sides of every unmeasured setting, 3 runs each (about 30 minutes here)
 //! soak bench                        the sweeper against the physical limit, probe p99, RSS, idle cost
 //! soak calibrate                    the simulation model's costs on this rig: sim/calibration/<date>-<rig>.json
 //! soak agreement                    the same scenarios in the calibrated sim and on the rig: reports/agreement/<date>-<rig>/
