@@ -84,13 +84,13 @@ $$;
 -- pre-pick visible_at, estimated bytes and fairness rank, in the order they were taken. The locks
 -- are the caller's transaction's: the claim writes a lease on the rows, the take fires them.
 --
--- Fairness round (p_fair_tenants > 0, the first claim of a broker's pass): before anything else,
+-- Fairness round (p_fair_tenants > 0, every take or claim of a broker's pass): before anything else,
 -- one due row from each of up to p_fair_tenants tenants, visiting tenants in primary-key order
 -- after p_fair_after (wrapping around). A tenant's row is looked for among the first
 -- fair_peek_rows of its primary-key range, so the round costs a bounded number of reads whatever
 -- the backlog: one seek per tenant for the loose scan, at most fair_peek_rows rows per tenant.
 -- With it, a tenant with a huge backlog cannot starve another tenant's single due timer for more
--- than one pass (the index alone orders by visibility across tenants). These rows come back
+-- than one call (the index alone orders by visibility across tenants). These rows come back
 -- with fair_rank 1, 2, ... in visiting order, and every row carries fair_next, the last tenant the
 -- round visited: the caller's next round starts after it.
 --

@@ -244,6 +244,28 @@ impl RunDb {
         Ok(first.zip(last))
     }
 
+    /// Every fired message's instant, epoch seconds, in order.
+    pub async fn fired_epochs(&self) -> Result<Vec<f64>, Error> {
+        sqlx::query_scalar(
+            "SELECT extract(epoch FROM created_at)::float8 FROM queen.log_messages ORDER BY created_at",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(Error::db("cannot read the fire instants"))
+    }
+
+    /// Terminates every backend of the run's brokers (their application name is their identity,
+    /// `soak-broker-N`); answers how many.
+    pub async fn terminate_brokers(&self) -> Result<i64, Error> {
+        sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name LIKE 'soak-broker-%'",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::db("cannot terminate the brokers' backends"))
+    }
+
     /// Every promised timer due at or before `at` (epoch seconds) that fired after it: (ms from
     /// `at` to its fire, its lateness in ms).
     pub async fn overdue_at(&self, at: f64) -> Result<Vec<(f64, f64)>, Error> {

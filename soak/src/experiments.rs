@@ -452,7 +452,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             setting: "QUEEN_SWEEPER_CLAIM_BATCH",
             shipped: knob::CLAIM_BATCH.default,
             unit: "rows",
-            values: vec![50, 200, 800, 2_000],
+            values: vec![50, 200, 800, 2_000, 5_000],
             workload: Box::new(move |batch| {
                 backlog_with_small_tenant("claim batch", s).knob("QUEEN_SWEEPER_CLAIM_BATCH", batch)
             }),
@@ -477,7 +477,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             setting: "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
             shipped: knob::CYCLE_MAX_ROWS.default,
             unit: "rows",
-            values: vec![200, 1_000, 5_000, 20_000],
+            values: vec![200, 1_000, 5_000, 20_000, 60_000],
             workload: Box::new(move |rows| {
                 backlog_with_small_tenant("cycle rows", s)
                     .knob(
@@ -584,7 +584,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             setting: EMPTY_MIN,
             shipped: knob::EMPTY_CLAIM_MIN_MS.default,
             unit: "ms",
-            values: vec![5, 25, 100],
+            values: vec![5, 10, 15, 25, 100],
             workload: Box::new(move |low| {
                 empty_claim_load("empty-claim band", s)
                     .knob(EMPTY_MIN, low)

@@ -9,6 +9,7 @@
 //! | [`brokers`] | brokers in this process or as `queen-sweeper serve` processes, read through their metrics |
 //! | [`run`] | one run: loads, the sampler, progress, the measurements |
 //! | [`experiments`] | one sweep per unmeasured setting, and what it found |
+//! | [`faults`] | `soak faults`: the broker under faults, each run ending with the delivery checks |
 //! | [`agreement`] | `soak agreement`: the same scenarios in the calibrated sim and on this rig, side by side |
 //! | [`calibrate`] | `soak calibrate`: the simulation model's costs measured on this rig |
 //! | [`blocks`] | dated blocks in the house formula, and `apply-blocks` |
@@ -26,6 +27,7 @@ pub mod currency;
 pub mod db;
 pub mod error;
 pub mod experiments;
+pub mod faults;
 pub mod provider;
 pub mod report;
 pub mod rig;

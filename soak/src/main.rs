@@ -86,6 +86,19 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         only: Vec<queen_soak::bench::Part>,
     },
+    /// The broker under faults (backend termination, a SIGKILLed broker), each run ending with
+    /// the delivery checks; writes reports/faults/<date>-<rig>/ (`--out DIR` for another).
+    /// Exits 1 when a delivery check fails, or a target is missed (without --small).
+    Faults {
+        /// Only these cases (repeatable): terminate, kill.
+        #[arg(long, value_name = "CASE")]
+        only: Vec<String>,
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+        reps: u32,
+        /// CI's size: one short repetition of each case.
+        #[arg(long)]
+        small: bool,
+    },
     /// Measure the simulation model's costs on this rig (about a minute); writes
     /// `sim/calibration/<date>-<rig>.json` (`--out DIR` for another directory).
     Calibrate,
@@ -364,6 +377,38 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             queen_soak::agreement::write_report(&dir, &agreement)?;
             println!("wrote {}", dir.join("report.md").display());
             Ok(())
+        }
+        (Some(Command::Faults { only, reps, small }), _) => {
+            use queen_soak::faults;
+            let size = if *small {
+                faults::Size::smoke()
+            } else {
+                faults::Size::full(*reps)
+            };
+            let dir = cli
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("reports/faults/{date}-{}", rig.label())));
+            let commit = queen_soak::rig::source_commit();
+            let found = faults::run(&run, size, only, (&date, &rig.describe(), &commit)).await?;
+            report::write_json(&dir, "faults.json", &found)?;
+            report::write_file(&dir.join("report.md"), &faults::markdown(&found, size))?;
+            println!("wrote {}", dir.join("report.md").display());
+            // A missed target fails the full run; the small one (CI, on a shared machine) only
+            // prints it: its delivery checks are what it guards.
+            let mut failed = found.broken();
+            if *small {
+                for missed in found.missed() {
+                    eprintln!("soak: faults (small): target missed: {missed}");
+                }
+            } else {
+                failed.extend(found.missed());
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::Broken(failed.join("; ")))
+            }
         }
         (Some(Command::Calibrate), _) => {
             let dir = cli

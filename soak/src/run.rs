@@ -81,7 +81,15 @@ pub struct Workload {
     /// its own beside a backlog (whose tenants start at `t0`).
     #[serde(default)]
     pub stream_tenant_offset: u32,
+    /// `(second, rounds)`: at this second of the load, terminate every broker backend
+    /// (`pg_terminate_backend`) `rounds` times, [`TERMINATE_ROUND_GAP`] apart, as an operator or
+    /// a failover does; the run then reports how fast the drain came back ([`Recovery`]).
+    #[serde(default)]
+    pub terminate_at_s: Option<(u64, u32)>,
 }
+
+/// The gap between rounds of backend termination.
+pub const TERMINATE_ROUND_GAP: Duration = Duration::from_millis(250);
 
 impl Workload {
     /// A modest mixed load: 3 brokers, 300 timers/s due 0-2 s ahead, 4 pushers, KV churn.
@@ -117,6 +125,7 @@ impl Workload {
             naive_floor_after_empty_claim: false,
             incompressible_payloads: false,
             stream_tenant_offset: 0,
+            terminate_at_s: None,
         }
     }
 
@@ -321,6 +330,9 @@ pub struct RunResult {
     /// What a SIGKILL cost, when the run killed a broker.
     #[serde(default)]
     pub kill: Option<KillEffect>,
+    /// How the drain came back after its backends were terminated, when the run did that.
+    #[serde(default)]
+    pub recovery: Option<Recovery>,
     /// Schedule calls that failed (their timers are no promise), and the first one's error.
     #[serde(default)]
     pub schedule_failures: u64,
@@ -374,6 +386,70 @@ pub struct KillEffect {
     pub last_fired_after_kill_ms: f64,
     /// Their lateness (fire minus due), ms.
     pub lateness_ms: Spread,
+}
+
+/// The drain around rounds of backend termination, from the database's fire timestamps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// The first and the last round, seconds after the load's start.
+    pub first_round_s: f64,
+    pub last_round_s: f64,
+    /// Timers fired per second over the [`RATE_WINDOW_S`] before the first round.
+    pub rate_before_per_s: f64,
+    /// The slowest one-second window from the last round until the rate was back (or the end
+    /// of the search, or of the work: a window past the last fire does not count), timers/s.
+    pub slowest_after_per_s: f64,
+    /// From the last round to the start of the first one-second window that fired at least
+    /// [`RECOVERED_SHARE`] of the rate before; `None` when none did within [`RECOVERY_SEARCH_S`]
+    /// or before the work ran out.
+    pub back_after_ms: Option<f64>,
+}
+
+/// The window before the first round whose rate is the reference.
+pub const RATE_WINDOW_S: f64 = 1.0;
+/// The share of the rate before at which the drain counts as back.
+pub const RECOVERED_SHARE: f64 = 0.8;
+/// How long after the last round the recovery is looked for.
+pub const RECOVERY_SEARCH_S: f64 = 10.0;
+/// The step the one-second window slides by.
+const RECOVERY_STEP_S: f64 = 0.05;
+
+impl Recovery {
+    /// The recovery in `fired` (epoch seconds, sorted) around `rounds` (epoch seconds, in
+    /// order), with `start` the load's start. Pure.
+    pub fn of(fired: &[f64], rounds: &[f64], start: f64) -> Option<Recovery> {
+        let (&first, &last) = (rounds.first()?, rounds.last()?);
+        let count = |from: f64, to: f64| {
+            (fired.partition_point(|&t| t < to) - fired.partition_point(|&t| t < from)) as f64
+        };
+        let before = count(first - RATE_WINDOW_S, first) / RATE_WINDOW_S;
+        let mut slowest = f64::INFINITY;
+        let mut back = None;
+        let steps = (RECOVERY_SEARCH_S / RECOVERY_STEP_S) as u32;
+        let end = fired.last().copied().unwrap_or(last);
+        for step in 0..=steps {
+            let from = last + f64::from(step) * RECOVERY_STEP_S;
+            // A window past the last fire measures the end of the work, not the drain.
+            if from + 1.0 > end {
+                break;
+            }
+            let rate = count(from, from + 1.0);
+            slowest = slowest.min(rate);
+            if rate >= RECOVERED_SHARE * before {
+                back = Some((from - last) * 1000.0);
+                break;
+            }
+        }
+        let round = |x: f64| (x * 10.0).round() / 10.0;
+        let slowest = if slowest.is_finite() { slowest } else { 0.0 };
+        Some(Recovery {
+            first_round_s: round(first - start),
+            last_round_s: round(last - start),
+            rate_before_per_s: round(before),
+            slowest_after_per_s: round(slowest),
+            back_after_ms: back.map(f64::round),
+        })
+    }
 }
 
 /// What the load generators share with the sampler.
@@ -487,6 +563,13 @@ impl Load {
     }
 }
 
+/// What the sampler did to the brokers, epoch seconds.
+#[derive(Debug, Default)]
+struct Faults {
+    killed_at_epoch_s: Option<f64>,
+    terminated_at_epoch_s: Vec<f64>,
+}
+
 /// What a run measured from its own side, for [`Run::finish`] to join with the database's.
 #[derive(Debug)]
 struct Measured {
@@ -496,8 +579,8 @@ struct Measured {
     counters: Counters,
     push_latency_us: Histogram<u64>,
     broker_peak_rss_kib: Option<u64>,
-    /// When a broker was killed, epoch seconds.
-    killed_at_epoch_s: Option<f64>,
+    /// What the sampler did to the brokers, and when.
+    faults: Faults,
     schedule_failures: u64,
     first_schedule_error: Option<String>,
 }
@@ -529,8 +612,7 @@ impl Run<'_> {
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
-        let (series, killed_at_epoch_s) =
-            self.sample(db, w, &brokers, &load.shared, started).await?;
+        let (series, faults) = self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
         if let Some(holder) = held {
             release_held(holder).await?;
@@ -547,7 +629,7 @@ impl Run<'_> {
             counters,
             push_latency_us: loaded.push_latency_us,
             broker_peak_rss_kib,
-            killed_at_epoch_s,
+            faults,
             schedule_failures: loaded.schedule_failures,
             first_schedule_error: loaded.first_schedule_error,
         };
@@ -596,7 +678,7 @@ impl Run<'_> {
             counters,
             push_latency_us,
             broker_peak_rss_kib,
-            killed_at_epoch_s,
+            faults,
             schedule_failures,
             first_schedule_error,
         } = measured;
@@ -652,9 +734,18 @@ impl Run<'_> {
             due_window_epoch_s: db.due_window_epoch_s().await?,
             schedule_failures,
             first_schedule_error,
-            kill: match killed_at_epoch_s {
+            kill: match faults.killed_at_epoch_s {
                 Some(at) => Some(kill_effect(db, at, start_epoch_s).await?),
                 None => None,
+            },
+            recovery: if faults.terminated_at_epoch_s.is_empty() {
+                None
+            } else {
+                Recovery::of(
+                    &db.fired_epochs().await?,
+                    &faults.terminated_at_epoch_s,
+                    start_epoch_s,
+                )
             },
             cpu_while_firing: None,
             series,
@@ -662,7 +753,7 @@ impl Run<'_> {
     }
 
     /// Samples once a second for the run's length; prints progress every five seconds; kills
-    /// a broker when asked to, and returns when (epoch seconds).
+    /// a broker or terminates the brokers' backends when asked to, and returns when.
     async fn sample(
         &self,
         db: &RunDb,
@@ -670,9 +761,9 @@ impl Run<'_> {
         brokers: &tokio::sync::RwLock<Vec<Broker>>,
         shared: &Mutex<Shared>,
         started: std::time::Instant,
-    ) -> Result<(Vec<Sample>, Option<f64>), Error> {
+    ) -> Result<(Vec<Sample>, Faults), Error> {
         let mut series = Vec::with_capacity(w.seconds as usize);
-        let mut killed_at = None;
+        let mut faults = Faults::default();
         let mut last_lsn = db.wal_lsn().await?;
         let mut last_disk = cpu::disk_bytes_written();
         let mut last = Counters::default();
@@ -684,9 +775,26 @@ impl Run<'_> {
                 && let Some(victim) = brokers.write().await.first_mut()
             {
                 victim.kill()?;
-                killed_at = Some(clock::wall_since_epoch().as_secs_f64());
+                faults.killed_at_epoch_s = Some(clock::wall_since_epoch().as_secs_f64());
                 shared.lock().expect("not poisoned").first_broker_killed = true;
                 eprintln!("soak: t={t}s SIGKILL to broker 1");
+            }
+            if let Some((at, rounds)) = w.terminate_at_s
+                && at == t
+            {
+                for round in 0..rounds {
+                    if round > 0 {
+                        tokio::time::sleep(TERMINATE_ROUND_GAP).await;
+                    }
+                    let ended = db.terminate_brokers().await?;
+                    faults
+                        .terminated_at_epoch_s
+                        .push(clock::wall_since_epoch().as_secs_f64());
+                    eprintln!(
+                        "soak: t={t}s terminated {ended} broker backends (round {}/{rounds})",
+                        round + 1
+                    );
+                }
             }
             let mut now = Counters::default();
             for broker in brokers.read().await.iter() {
@@ -737,7 +845,7 @@ impl Run<'_> {
             last_pushes = pushes;
             series.push(sample);
         }
-        Ok((series, killed_at))
+        Ok((series, faults))
     }
 
     /// After the load: waits (bounded) until nothing due is left unfired.

@@ -46,7 +46,7 @@ pub const PRESSURE_CALL_FRACTION: u32 = 5;
 /// PostgreSQL.
 pub const SLOW_PRESSURE_LEVELS: u32 = 2;
 
-/// Tenants the first claim of a pass serves one due row each before anything else (the fairness
+/// Tenants every take or claim of a pass serves one due row each before anything else (the fairness
 /// round; see `FairRound`). Not measured: each costs one index seek and at most 64 row reads.
 pub const FAIR_TENANTS_PER_PASS: u32 = 32;
 

@@ -55,8 +55,8 @@ pub use cycle::{
     Shipped, Sweeper, identity_shard,
 };
 pub use drain::failure::{
-    FailedCall, PERMANENT_BACKOFF_BASE, PERMANENT_BACKOFF_MAX, TRANSIENT_BACKOFF, backoff,
-    respond_to_failure,
+    FailedCall, PERMANENT_BACKOFF_BASE, PERMANENT_BACKOFF_MAX, RECORD_RETRY_FIRST,
+    RECORD_RETRY_MAX, TRANSIENT_BACKOFF, backoff, respond_to_failure,
 };
 pub use drain::plan::{ROW_OVERHEAD_BYTES, fire_bytes, plan_fire_calls};
 pub use drain::{DrainLimits, DrainReport, DrainStop, Drainer};

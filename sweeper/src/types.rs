@@ -40,9 +40,9 @@ impl ShardOrder {
     }
 }
 
-/// The tenant-fairness round of a pass's first claim: one due row from each of `tenants` tenants,
+/// The tenant-fairness round every take or claim runs first: one due row from each of `tenants` tenants,
 /// visiting tenants in key order after `after` (wrapping), before the shard rounds. A tenant with
-/// a huge backlog then cannot starve another tenant's single due timer for more than one pass:
+/// a huge backlog then cannot starve another tenant's single due timer for more than one call:
 /// the index orders rows by visibility, whoever they belong to. The claim moves `after` to the
 /// last tenant it visited, so the next pass continues there.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -12,10 +12,11 @@ use queen_sweeper::{
     Admission, ClaimRequest, Claimed, ClaimedTimer, ClassLabel, Config, Destination, DrainLimits,
     DrainReport, DrainStop, Drainer, Error, ExpireStep, FailCause, FailOutcome, FailRequest,
     FailRow, FairRound, FireCall, LaneSizes, Maintenance, Metrics, PERMANENT_BACKOFF_MAX,
-    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ProbeRequest, ROLLUP_STEPS_PER_PASS,
-    ROLLUP_TENANTS_PER_STEP, SHARD_COUNT, SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome,
-    SegmentResult, ShardOrder, SkipLabel, Slot, Store, Sweeper, Switch, SwitchStates,
-    TRANSIENT_BACKOFF, TakeRequest, Taken, TakenDestination, TimerRef, UsageStep, identity_shard,
+    PRUNE_CALLS_PER_PASS, PassOutcome as Outcome, Probe, ProbeRequest, RECORD_RETRY_FIRST,
+    RECORD_RETRY_MAX, ROLLUP_STEPS_PER_PASS, ROLLUP_TENANTS_PER_STEP, SHARD_COUNT,
+    SHED_PRUNE_AFTER, SHED_ROLLUP_AFTER, SegmentOutcome, SegmentResult, ShardOrder, SkipLabel,
+    Slot, Store, Sweeper, Switch, SwitchStates, TRANSIENT_BACKOFF, TakeRequest, Taken,
+    TakenDestination, TimerRef, UsageStep, identity_shard,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -63,6 +64,8 @@ enum Call {
     Take {
         max_rows: u32,
         max_bytes: u64,
+        /// The fairness round the take asked for.
+        fair: Option<FairRound>,
         /// Keys of the rows fired (none when the take failed).
         returned: Vec<String>,
         failed: bool,
@@ -137,6 +140,10 @@ struct Script {
     fire_delay: Option<Delay>,
     /// `fail` reports these keys exhausted.
     exhausted_keys: HashSet<String>,
+    /// `fail` answers with no SQLSTATE (the connection is gone) before this instant.
+    fail_down_until: Option<tokio::time::Instant>,
+    /// When each `fail` call was made.
+    fail_times: Vec<tokio::time::Instant>,
     expire_steps: VecDeque<Result<ExpireStep, Sqlstate>>,
     expire_default: ExpireStep,
     usage_steps: VecDeque<Result<UsageStep, Sqlstate>>,
@@ -163,6 +170,8 @@ impl Default for Script {
             poison: Vec::new(),
             fire_delay: None,
             exhausted_keys: HashSet::new(),
+            fail_down_until: None,
+            fail_times: Vec::new(),
             expire_steps: VecDeque::new(),
             expire_default: ExpireStep {
                 done: true,
@@ -326,9 +335,11 @@ impl Store for FakeStore {
             };
             (answer, script.fire_delay)
         };
+        let takes_before = self.calls().iter().filter(|c| c.kind() == "take").count();
         self.record(Call::Take {
             max_rows: request.max_rows,
             max_bytes: request.max_bytes,
+            fair: request.fair.clone(),
             returned: answer
                 .as_ref()
                 .map(|rows| rows.iter().map(|r| r.timer_key.clone()).collect())
@@ -357,7 +368,11 @@ impl Store for FakeStore {
         }
         Ok(Taken {
             destinations,
-            fair_after: None,
+            // As the SQL: a round that ran names the tenant it ended at.
+            fair_after: request
+                .fair
+                .as_ref()
+                .map(|_| format!("tenant-{takes_before}")),
         })
     }
 
@@ -431,7 +446,12 @@ impl Store for FakeStore {
             transient,
             max_attempts: request.max_attempts,
         });
-        let script = self.script();
+        let mut script = self.script();
+        let now = tokio_now();
+        script.fail_times.push(now);
+        if script.fail_down_until.is_some_and(|until| now < until) {
+            return Err(db_error(None, "fail"));
+        }
         Ok(rows
             .iter()
             .map(|row| FailOutcome {
@@ -1039,6 +1059,82 @@ async fn a_transient_fire_error_fails_every_row_of_the_call_as_transient_without
         assert_eq!(failures(&metrics, "transient"), 1);
         assert_eq!(failures(&metrics, "permanent"), 0);
     }
+}
+
+/// A fire that fails on a lost connection, and a database that stays away for `down`: every
+/// `fail` call before then fails too. Answers the fail calls, their times, and when the database
+/// came back.
+async fn fire_and_record_while_down(
+    down: Duration,
+) -> (
+    Vec<(Vec<FailRow>, bool, u32)>,
+    Vec<tokio::time::Instant>,
+    tokio::time::Instant,
+) {
+    let fake = FakeStore::new();
+    let back = tokio_now() + down;
+    {
+        let mut script = fake.script();
+        script.pool.extend(three_destinations());
+        script.poison.push(("b1".into(), None));
+        script.fail_down_until = Some(back);
+    }
+    drain_once(&fake, &config(&[]), &CancellationToken::new()).await;
+    let times = fake.script().fail_times.clone();
+    (fail_calls(&fake.calls()), times, back)
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_recording_a_failure_fails_the_broker_retries_and_releases_its_rows_once_the_database_answers()
+ {
+    let (fails, times, back) = fire_and_record_while_down(Duration::from_secs(3)).await;
+
+    assert!(
+        fails.len() > 2,
+        "the record is retried: {} calls",
+        fails.len()
+    );
+    let last = *times.last().unwrap();
+    assert!(
+        last >= back,
+        "the last record is the first after the database came back"
+    );
+    assert!(
+        last - back <= RECORD_RETRY_MAX,
+        "the rows are released {:?} after the database answers, within one retry wait {RECORD_RETRY_MAX:?}",
+        last - back
+    );
+    assert!(times.windows(2).all(|w| w[1] - w[0] <= RECORD_RETRY_MAX));
+    assert_eq!(times[1] - times[0], RECORD_RETRY_FIRST);
+    let (first_rows, _, _) = &fails[0];
+    let (released, transient, _) = fails.last().unwrap();
+    assert!(transient);
+    assert_eq!(
+        released.iter().map(|r| &r.timer).collect::<Vec<_>>(),
+        first_rows.iter().map(|r| &r.timer).collect::<Vec<_>>(),
+        "the same rows, with the same tokens"
+    );
+    assert!(first_rows.iter().all(|r| r.backoff == TRANSIENT_BACKOFF));
+    assert!(
+        released.iter().all(|r| r.backoff == Duration::ZERO),
+        "a retried record makes the rows due at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_that_keeps_failing_is_given_up_within_half_the_lease() {
+    let started = tokio_now();
+    let (fails, times, _) = fire_and_record_while_down(Duration::from_secs(3_600)).await;
+
+    let lease = DrainLimits::from_config(&config(&[])).lease;
+    let last = *times.last().unwrap();
+    assert!(
+        last - started <= lease / 2,
+        "gave up after {:?}",
+        last - started
+    );
+    assert!(last - started >= lease / 2 - RECORD_RETRY_MAX);
+    assert!(fails.len() < 60, "{} calls", fails.len());
 }
 
 #[tokio::test]
@@ -1658,6 +1754,35 @@ async fn the_shipped_drain_takes_each_batch_in_one_call_with_no_claim_and_no_fir
     assert!(!report.first_claim_empty());
     assert_eq!(metrics.timers_result("fired"), 250);
     assert_eq!(metrics.queries_of("take"), 4);
+}
+
+#[tokio::test]
+async fn every_take_of_a_pass_runs_the_fairness_round_and_moves_it_on() {
+    let fake = FakeStore::new();
+    fake.script().pool.extend(batch("k", 250));
+    let config = take_config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "100")]);
+
+    drain_once(&fake, &config, &CancellationToken::new()).await;
+
+    let rounds: Vec<Option<FairRound>> = fake
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Take { fair, .. } => Some(fair),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rounds.len(), 4);
+    for (n, round) in rounds.iter().enumerate() {
+        let after = n
+            .checked_sub(1)
+            .map(|previous| format!("tenant-{previous}"));
+        assert_eq!(
+            round.as_ref().map(|r| r.after.clone()),
+            Some(after),
+            "take {n} runs the round from where the previous take left it"
+        );
+    }
 }
 
 #[tokio::test]

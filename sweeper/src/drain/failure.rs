@@ -11,15 +11,22 @@
 //!   alone, so a poison timer among 199 innocents costs the innocents nothing.
 //! - Permanent, one timer alone → it spends an attempt and backs off exponentially; a timer out of
 //!   attempts goes to the DLQ with its payload intact (the payload never leaves the database).
+//!
+//! No claim outlives its broker's knowledge: when recording the failure fails too (the database
+//! went away mid-fire), the broker retries the record with backoff ([`RECORD_RETRY_FIRST`]
+//! doubling to [`RECORD_RETRY_MAX`]) for up to half the lease, and a retried transient record
+//! releases the rows at once (backoff 0): the database answering again is the event they were
+//! waiting for. Without it a live broker left its held rows to the lease, 30 s.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{DrainLimits, DrainReport, Drainer};
 use crate::classify::Class;
+use crate::clock;
 use crate::error::Error;
 use crate::port::Store;
-use crate::types::{FailCause, FailRequest, FailRow, FireCall, TimerRef};
+use crate::types::{FailCause, FailOutcome, FailRequest, FailRow, FireCall, TimerRef};
 
 /// Backoff after a transient failure: the database was unavailable, nothing was wrong with the
 /// timer. Not measured.
@@ -28,6 +35,14 @@ pub const TRANSIENT_BACKOFF: Duration = Duration::from_secs(1);
 pub const PERMANENT_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The longest backoff. Not measured.
 pub const PERMANENT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// The first wait before recording a failure again after the record itself failed; it doubles per
+/// retry. Short, because the rows it holds are invisible to every other broker until recorded.
+/// Not measured.
+pub const RECORD_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between retries of a failed record: after the database answers again, the
+/// rows it holds are released within this long. Under the target of one second. Not measured.
+pub const RECORD_RETRY_MAX: Duration = Duration::from_millis(400);
 
 /// What to do about a fire call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +84,8 @@ pub(super) type TimerKey<'a> = (&'a str, &'a str, &'a str);
 
 impl<S: Store> Drainer<'_, S> {
     /// Puts every timer of `call` into backoff and dead-letters those out of attempts. When
-    /// recording fails, the rows stay held until their lease ends and another pass retries them.
+    /// recording fails, it is retried ([`Drainer::record_until_done`]); only when the retries give
+    /// up do the rows stay held until their lease ends.
     pub(super) async fn record_failure(
         &self,
         call: &FireCall,
@@ -82,22 +98,15 @@ impl<S: Store> Drainer<'_, S> {
         if cause == FailCause::Transient && error.class() == Class::Transient {
             report.transient_failures += 1;
         }
-        let request = FailRequest {
+        let mut request = FailRequest {
             rows: fail_rows(call, cause, attempts),
             error: error.to_string(),
             cause,
             max_attempts: limits.max_attempts,
         };
         report.failed_timers += request.rows.len() as u64;
-        let slot = self.admission.maintenance().await;
-        self.metrics.query("fail");
-        let outcomes = match self.store.fail(&slot, &request).await {
-            Ok(outcomes) => outcomes,
-            Err(fail_error) => {
-                self.metrics.failed(fail_error.class());
-                tracing::warn!(error = %fail_error, "recording the failure failed; the lease will return the rows");
-                return;
-            }
+        let Some(outcomes) = self.record_until_done(&mut request, limits).await else {
+            return;
         };
         let by_key: HashMap<TimerKey<'_>, &TimerRef> = request
             .rows
@@ -122,6 +131,7 @@ impl<S: Store> Drainer<'_, S> {
         if exhausted.is_empty() {
             return;
         }
+        let slot = self.admission.maintenance().await;
         self.metrics.query("dlq");
         match self.store.dlq(&slot, &exhausted).await {
             Ok(archived) => {
@@ -136,6 +146,52 @@ impl<S: Store> Drainer<'_, S> {
                 self.metrics.failed(dlq_error.class());
                 tracing::warn!(error = %dlq_error, "archiving exhausted timers failed; the lease will return them");
             }
+        }
+    }
+
+    /// Records `request`, retrying a transient failure of the record itself with backoff for up
+    /// to half the lease (after that the lease is about to return the rows anyway) or until
+    /// shutdown. A retry releases transient rows at once: by the time it succeeds the database
+    /// answers again, which is what their backoff was waiting for. Answers the outcomes, or
+    /// `None` when the record was given up (logged; the lease returns the rows).
+    async fn record_until_done(
+        &self,
+        request: &mut FailRequest,
+        limits: &DrainLimits,
+    ) -> Option<Vec<FailOutcome>> {
+        let give_up = clock::tokio_now() + limits.lease_budget();
+        let mut wait = RECORD_RETRY_FIRST;
+        loop {
+            let slot = self.admission.maintenance().await;
+            self.metrics.query("fail");
+            let result = self.store.fail(&slot, request).await;
+            drop(slot);
+            let error = match result {
+                Ok(outcomes) => return Some(outcomes),
+                Err(error) => error,
+            };
+            self.metrics.failed(error.class());
+            let retry = error.class() == Class::Transient
+                && !self.shutdown.is_cancelled()
+                && clock::tokio_now() + wait <= give_up;
+            if !retry {
+                tracing::warn!(%error, "recording the failure failed; the lease will return the rows");
+                return None;
+            }
+            tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "recording the failure failed; retrying, and releasing the rows once the database answers");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECORD_RETRY_MAX);
+            release_at_once(request);
+        }
+    }
+}
+
+/// Makes a retried record release its rows at once when the failure spent no attempt; a counted
+/// failure is the timer's own and keeps its backoff. Pure.
+fn release_at_once(request: &mut FailRequest) {
+    if request.cause == FailCause::Transient {
+        for row in &mut request.rows {
+            row.backoff = Duration::ZERO;
         }
     }
 }
