@@ -244,10 +244,22 @@ impl RunDb {
         Ok(first.zip(last))
     }
 
-    /// Every fired message's instant, epoch seconds, in order.
+    /// Timers fired so far (pushed messages, whose txn is their own message id, are not).
+    pub async fn fired_count(&self) -> Result<u64, Error> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM queen.log_messages WHERE txn <> message_id::text",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::db("cannot count the fired messages"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Every fired timer's instant, epoch seconds, in order (not the pushes').
     pub async fn fired_epochs(&self) -> Result<Vec<f64>, Error> {
         sqlx::query_scalar(
-            "SELECT extract(epoch FROM created_at)::float8 FROM queen.log_messages ORDER BY created_at",
+            "SELECT extract(epoch FROM created_at)::float8 FROM queen.log_messages
+             WHERE txn <> message_id::text ORDER BY created_at",
         )
         .fetch_all(&self.pool)
         .await

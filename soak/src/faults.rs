@@ -244,13 +244,13 @@ pub fn markdown(faults: &Faults, size: Size) -> String {
             case.fault,
             case.workload.describe()
         );
-        out += "| rep | fired | twice | early | never | its own measurement | verdict |\n|---|---|---|---|---|---|---|\n";
+        out += "| rep | promised timers fired (database) | twice | early | never | its own measurement | verdict |\n|---|---|---|---|---|---|---|\n";
         for r in runs {
             let res = &r.result;
             out += &format!(
                 "| {} | {} | {} | {} | {} | {} | {} |\n",
                 r.rep,
-                res.counters.fired,
+                res.lateness_ms.count,
                 res.duplicates,
                 res.fired_early,
                 res.never_fired,

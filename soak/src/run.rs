@@ -767,6 +767,7 @@ impl Run<'_> {
         let mut last_lsn = db.wal_lsn().await?;
         let mut last_disk = cpu::disk_bytes_written();
         let mut last = Counters::default();
+        let mut last_fired = 0;
         let mut last_pushes = 0;
         for t in 1..=w.seconds {
             let due = started + Duration::from_secs(t);
@@ -800,6 +801,13 @@ impl Run<'_> {
             for broker in brokers.read().await.iter() {
                 now.add(&broker.counters().await);
             }
+            // A killed broker's counters go with it: a run that kills counts fires in the
+            // database, so the total never drops.
+            let fired = if w.kill_one_at_s.is_some() {
+                db.fired_count().await?
+            } else {
+                now.fired
+            };
             let lsn = db.wal_lsn().await?;
             let disk = cpu::disk_bytes_written();
             let sizes = db.sizes().await?;
@@ -819,7 +827,7 @@ impl Run<'_> {
             };
             let sample = Sample {
                 t_s: t,
-                fired_per_s: now.fired.saturating_sub(last.fired) as f64,
+                fired_per_s: fired.saturating_sub(last_fired) as f64,
                 stale_segments: now.stale_segments.saturating_sub(last.stale_segments),
                 empty_claims_per_s: now.empty_claims.saturating_sub(last.empty_claims) as f64,
                 probe_claim_per_s: calls(&now).saturating_sub(calls(&last)) as f64,
@@ -837,8 +845,9 @@ impl Run<'_> {
                 },
             };
             if !self.quiet && t % 5 == 0 {
-                print_progress(w, &now, &sample);
+                print_progress(w, fired, &now, &sample);
             }
+            last_fired = fired;
             last_lsn = lsn;
             last_disk = disk;
             last = now;
@@ -884,13 +893,13 @@ impl Run<'_> {
 }
 
 /// Progress on stderr: the run's totals so far and its latest second.
-fn print_progress(w: &Workload, totals: &Counters, sample: &Sample) {
+fn print_progress(w: &Workload, fired: u64, totals: &Counters, sample: &Sample) {
     eprintln!(
         "soak: {} t={}s/{}s fired {} ({:.0}/s) stale segments {} push p99 {:.1} ms WAL {:.1} MB/s pending {} expired-not-pruned {}",
         w.label,
         sample.t_s,
         w.seconds,
-        totals.fired,
+        fired,
         sample.fired_per_s,
         totals.stale_segments,
         sample.push_p99_ms,
