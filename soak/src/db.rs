@@ -102,7 +102,7 @@ impl RunDb {
     }
 
     pub async fn sizes(&self) -> Result<Sizes, Error> {
-        let row: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(SIZES)
+        let row: (i64, i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(SIZES)
             .fetch_one(&self.pool)
             .await
             .map_err(Error::db("cannot read the table sizes"))?;
@@ -114,6 +114,7 @@ impl RunDb {
             messages_bytes: row.4,
             pending_timers: row.5,
             timer_hot_updates: row.6,
+            timers_dead_rows: row.7,
         })
     }
 
@@ -314,6 +315,10 @@ pub struct Sizes {
     pub messages_bytes: i64,
     pub pending_timers: i64,
     pub timer_hot_updates: i64,
+    /// Dead row versions in queen.log_timers (the statistics collector's count): what vacuum
+    /// has not removed yet.
+    #[serde(default)]
+    pub timers_dead_rows: i64,
 }
 
 #[cfg(test)]

@@ -7,9 +7,11 @@
 //! |---|---|---|
 //! | `terminate` | every broker backend terminated, 4 rounds 250 ms apart, mid-drain | ms until the drain is back at 80% of its rate |
 //! | `kill` | one of three broker processes SIGKILLed mid-stream | the lateness of the timers due before the kill |
+//! | `steady` | none: 500 timers/s, 3 brokers, for minutes | the lateness the next case is compared with |
+//! | `snapshot` | the same, with a snapshot held open by an idle transaction | lateness p99 within 2× of `steady`'s, none over 2 s; dead rows over time |
 //!
 //! Still to come (issue 18): PostgreSQL immediate restart, slow clients and the bad-input table
-//! (the API's tests cover those on a test database), and a held snapshot over minutes.
+//! (the API's tests cover those on a test database).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +21,10 @@ use crate::run::{RECOVERED_SHARE, Run, RunResult, Workload};
 /// After backend termination, the drain must be back at [`RECOVERED_SHARE`] of its rate within
 /// this long (issue 18's target).
 pub const RECOVERY_TARGET_MS: f64 = 2_000.0;
+/// With a snapshot held, lateness p99 may be at most this many times the unpinned run's.
+pub const PINNED_P99_FACTOR: f64 = 2.0;
+/// With a snapshot held, no timer may be later than this.
+pub const PINNED_MAX_MS: f64 = 2_000.0;
 
 /// How long each case runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +34,8 @@ pub struct Size {
     /// Timers due when the terminate case starts: enough to keep the drain busy through the
     /// rounds and the recovery after them.
     pub backlog: u32,
+    /// Seconds of load of the steady and snapshot cases (dead rows pile up over minutes).
+    pub long_seconds: u64,
     pub reps: u32,
 }
 
@@ -37,6 +45,7 @@ impl Size {
         Size {
             seconds: 14,
             backlog: 300_000,
+            long_seconds: 300,
             reps,
         }
     }
@@ -46,6 +55,7 @@ impl Size {
         Size {
             seconds: 6,
             backlog: 150_000,
+            long_seconds: 10,
             reps: 1,
         }
     }
@@ -75,6 +85,15 @@ pub fn cases(size: Size) -> Vec<Case> {
     kill.timer_delay_ms = (0, 2_000);
     kill.kill_one_at_s = Some(size.seconds / 2);
     kill.drain_limit_s = 120;
+
+    let mut steady = Workload::quiet("faults steady", size.long_seconds);
+    steady.brokers = 3;
+    steady.timers_per_s = 500;
+    steady.timer_delay_ms = (0, 2_000);
+    steady.drain_limit_s = 120;
+    let mut snapshot = steady.clone();
+    snapshot.label = "faults snapshot".into();
+    snapshot.hold_snapshot = true;
     vec![
         Case {
             name: "terminate",
@@ -85,6 +104,16 @@ pub fn cases(size: Size) -> Vec<Case> {
             name: "kill",
             fault: "one of 3 broker processes SIGKILLed halfway through a stream of 500 timers/s due 0-2 s ahead",
             workload: kill,
+        },
+        Case {
+            name: "steady",
+            fault: "none: the reference for the snapshot case",
+            workload: steady,
+        },
+        Case {
+            name: "snapshot",
+            fault: "a REPEATABLE READ snapshot held open, idle, by another session for the whole load",
+            workload: snapshot,
         },
     ]
 }
@@ -177,6 +206,37 @@ pub fn targets(result: &RunResult) -> Vec<String> {
     broken
 }
 
+/// The snapshot runs against the steady ones: p99 within [`PINNED_P99_FACTOR`] of the steady
+/// runs' median p99, and no timer over [`PINNED_MAX_MS`]. Needs both cases in one invocation.
+fn pinned_targets(runs: &mut [CaseRun]) {
+    let mut steady: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.case == "steady")
+        .map(|r| r.result.lateness_ms.p99)
+        .collect();
+    steady.sort_by(f64::total_cmp);
+    let reference = steady.get(steady.len().saturating_sub(1) / 2).copied();
+    for run in runs.iter_mut().filter(|r| r.case == "snapshot") {
+        let late = run.result.lateness_ms;
+        match reference {
+            None => run
+                .missed
+                .push("no steady run to compare with (run --only steady --only snapshot)".into()),
+            Some(p99) if late.p99 > PINNED_P99_FACTOR * p99 => run.missed.push(format!(
+                "lateness p99 {:.0} ms is over {PINNED_P99_FACTOR}× the unpinned {p99:.0} ms",
+                late.p99
+            )),
+            Some(_) => {}
+        }
+        if late.max > PINNED_MAX_MS {
+            run.missed.push(format!(
+                "a timer fired {:.0} ms late, over {PINNED_MAX_MS:.0} ms",
+                late.max
+            ));
+        }
+    }
+}
+
 /// Runs every case (or those whose name is in `only`) `size.reps` times, case by case.
 pub async fn run(
     run: &Run<'_>,
@@ -191,7 +251,7 @@ pub async fn run(
         .collect();
     if cases.is_empty() {
         return Err(Error::Usage(format!(
-            "soak faults --only {only:?}: no such case (the cases are terminate, kill)"
+            "soak faults --only {only:?}: no such case (the cases are terminate, kill, steady, snapshot)"
         )));
     }
     for case in &cases {
@@ -219,6 +279,7 @@ pub async fn run(
             });
         }
     }
+    pinned_targets(&mut runs);
     Ok(Faults {
         date: date.to_owned(),
         rig: rig.to_owned(),
@@ -269,8 +330,37 @@ pub fn markdown(faults: &Faults, size: Size) -> String {
             );
         }
         out += "\n";
+        for r in faults.runs.iter().filter(|r| r.case == case.name) {
+            if case.workload.seconds >= 60 {
+                out += &over_time(r);
+            }
+        }
     }
     out
+}
+
+/// A long run in ten buckets: the worst per-second lateness p99, dead timer rows and the timers
+/// table's size at the bucket's end.
+fn over_time(run: &CaseRun) -> String {
+    let series = &run.result.series;
+    let mut out = format!(
+        "Rep {} over time:\n\n| seconds | worst per-second lateness p99 (ms) | dead timer rows | timers table and indexes (KiB) |\n|---|---|---|---|\n",
+        run.rep
+    );
+    for bucket in series.chunks(series.len().div_ceil(10).max(1)) {
+        let (Some(first), Some(last)) = (bucket.first(), bucket.last()) else {
+            continue;
+        };
+        let worst = bucket.iter().map(|s| s.lateness_p99_ms).fold(0.0, f64::max);
+        out += &format!(
+            "| {}-{} | {worst:.0} | {} | {} |\n",
+            first.t_s,
+            last.t_s,
+            last.timers_dead_rows,
+            last.timers_bytes / 1024
+        );
+    }
+    out + "\n"
 }
 
 fn own_measurement(result: &RunResult) -> String {
@@ -292,7 +382,21 @@ fn own_measurement(result: &RunResult) -> String {
             k.overdue_at_kill, k.lateness_ms.p50, k.lateness_ms.p99, k.last_fired_after_kill_ms
         );
     }
-    "-".to_owned()
+    let dead = result
+        .series
+        .iter()
+        .map(|s| s.timers_dead_rows)
+        .max()
+        .unwrap_or(0);
+    let bytes = |at: Option<&crate::run::Sample>| at.map_or(0, |s| s.timers_bytes) / 1024;
+    format!(
+        "lateness p50 {:.0} / p99 {:.0} / max {:.0} ms; dead timer rows at most {dead}; timers table and indexes {} KiB → {} KiB",
+        result.lateness_ms.p50,
+        result.lateness_ms.p99,
+        result.lateness_ms.max,
+        bytes(result.series.first()),
+        bytes(result.series.last())
+    )
 }
 
 #[cfg(test)]

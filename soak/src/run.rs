@@ -86,6 +86,11 @@ pub struct Workload {
     /// a failover does; the run then reports how fast the drain came back ([`Recovery`]).
     #[serde(default)]
     pub terminate_at_s: Option<(u64, u32)>,
+    /// Another session holds a REPEATABLE READ snapshot open, idle, for the whole load (the
+    /// operations accident of an idle-in-transaction client): vacuum cannot remove the dead
+    /// rows the fire leaves behind while it is held.
+    #[serde(default)]
+    pub hold_snapshot: bool,
 }
 
 /// The gap between rounds of backend termination.
@@ -126,6 +131,7 @@ impl Workload {
             incompressible_payloads: false,
             stream_tenant_offset: 0,
             terminate_at_s: None,
+            hold_snapshot: false,
         }
     }
 
@@ -202,6 +208,9 @@ impl Workload {
                 "{} KV puts/s, TTL {}-{} ms",
                 self.kv_per_s, self.kv_ttl_ms.0, self.kv_ttl_ms.1
             ));
+        }
+        if self.hold_snapshot {
+            parts.push("a snapshot held open by an idle transaction".to_owned());
         }
         if self.hold_due_locked > 0 {
             parts.push(format!(
@@ -287,6 +296,9 @@ pub struct Sample {
     pub timers_bytes: i64,
     pub kv_bytes: i64,
     pub pending_timers: i64,
+    /// Dead row versions in queen.log_timers.
+    #[serde(default)]
+    pub timers_dead_rows: i64,
     pub expired_not_pruned: i64,
     /// Bytes the machine's disks wrote in this second (WAL, and the heap's writeback).
     #[serde(default)]
@@ -608,13 +620,17 @@ impl Run<'_> {
         let server_cpu = cpu::Trace::start(cpu::Scope::locate(&db.pool).await);
         let machine_cpu = cpu::Trace::of(cpu::machine_busy_seconds);
         let held = prepare(db, w).await?;
+        let snapshot = match w.hold_snapshot {
+            true => Some(hold_snapshot(db).await?),
+            false => None,
+        };
         let brokers = self.start_brokers(db, w, &config).await?;
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
         let (series, faults) = self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
-        if let Some(holder) = held {
+        for holder in held.into_iter().chain(snapshot) {
             release_held(holder).await?;
         }
         self.drain(db, w, &brokers).await?;
@@ -838,6 +854,7 @@ impl Run<'_> {
                 timers_bytes: sizes.timers_bytes + sizes.timers_index_bytes,
                 kv_bytes: sizes.kv_bytes + sizes.kv_index_bytes,
                 pending_timers: sizes.pending_timers,
+                timers_dead_rows: sizes.timers_dead_rows,
                 expired_not_pruned: now.expired_not_pruned,
                 disk_bytes_per_s: match (disk, last_disk) {
                     (Some(now), Some(before)) => now.saturating_sub(before) as f64,
@@ -986,12 +1003,13 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
     }
 }
 
-/// Ends the transaction that held the due rows locked, so the brokers can fire them.
+/// Ends a holding transaction (of due rows locked, or of a snapshot), so the brokers can fire
+/// the rows and vacuum can remove the dead ones.
 async fn release_held(mut holder: sqlx::PgConnection) -> Result<(), Error> {
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut holder)
         .await
-        .map_err(Error::db("cannot release the held rows"))?;
+        .map_err(Error::db("cannot end the holding transaction"))?;
     let _ = holder.close().await;
     Ok(())
 }
@@ -1014,6 +1032,18 @@ async fn stop_brokers(brokers: &tokio::sync::RwLock<Vec<Broker>>) -> (Counters, 
 
 /// Inserts `n` due timers (kept out of the lateness) and returns a connection whose open
 /// transaction holds every one of their rows locked.
+/// Opens a REPEATABLE READ transaction and takes its snapshot, then leaves it idle: the
+/// server's xmin horizon stays at this instant until [`release_held`].
+async fn hold_snapshot(db: &RunDb) -> Result<sqlx::PgConnection, Error> {
+    let fail = || Error::db("cannot hold a snapshot open");
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.map_err(fail())?;
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM queen.log_timers")
+        .execute(&mut holder)
+        .await
+        .map_err(fail())?;
+    Ok(holder)
+}
+
 async fn hold_due_locked(db: &RunDb, w: &Workload, n: u32) -> Result<sqlx::PgConnection, Error> {
     db.backlog_unpromised(
         n,
