@@ -32,7 +32,9 @@
 --      when small values show it, the largest when large ones do.
 --   2. The margin: the edge itself when it is resolved (the min-max range of its runs clears the
 --      range of its neighbour on the symptom side); one measured step further into the safe side
---      when it is not (the ranges overlap, or the sweep never showed the symptom).
+--      when it is not (the ranges overlap, or the sweep never showed the symptom). An edge at
+--      the bound of what the sweeper's config accepts (the floor's 1 ms, a claim batch equal to
+--      the pass) has no step beyond it: there, the margin is the edge itself.
 --   3. Least change: the value in force stays when it already lies at or beyond that point and
 --      every side finds it safe (a default moves only when a measurement demands it). Otherwise,
 --      from that point further into the safe side, the shipped value is the first measured value

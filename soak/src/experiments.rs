@@ -1150,9 +1150,24 @@ pub fn decide(
     let Some(at) = ordered.iter().position(|v| *v == edge) else {
         return refuse(format!("the edge {edge} is not a value of the sweep"));
     };
-    let start = if first.edge_resolved { at } else { at + 1 };
+    // The bound of what the knob accepts: no step beyond the edge can exist, so the edge is
+    // the margin whether or not it is resolved.
+    let beyond = match toward {
+        Toward::Above => edge.checked_sub(1),
+        _ => edge.checked_add(1),
+    };
+    let at_bound = at + 1 == ordered.len() && beyond.is_none_or(|b| valid(b).is_err());
+    let start = if first.edge_resolved || at_bound {
+        at
+    } else {
+        at + 1
+    };
     let margin = if first.edge_resolved {
         format!("the edge {edge} is resolved")
+    } else if at_bound {
+        format!(
+            "the edge {edge} is not resolved, but it is the bound of what the config accepts: nothing lies beyond it"
+        )
     } else {
         format!("the edge {edge} is not resolved: one step beyond it")
     };
@@ -1496,6 +1511,37 @@ mod tests {
             d.reason
         );
         assert!(d.reason.contains("one step beyond"), "{}", d.reason);
+    }
+
+    #[test]
+    fn an_unresolved_edge_at_the_bound_the_config_accepts_is_its_own_margin() {
+        // The floor's sweep at 7e0936e: the drain within 10% of the best only at 1 ms, the
+        // smallest floor the config accepts, and 5 ms overlapping it.
+        let values = [1, 5, 50, 200];
+        let drain = side(
+            &[
+                (1, &[16_548.0, 17_337.0, 18_568.0]),
+                (5, &[13_619.0, 15_414.0, 21_370.0]),
+                (50, &[10_795.0, 13_128.0, 16_862.0]),
+                (200, &[8_928.0, 10_933.0, 10_979.0]),
+            ],
+            Criterion::NearBest(0.9),
+            Toward::Above,
+        );
+        assert_eq!((drain.edge, drain.edge_resolved), (Some(1), false));
+        let floor_from_1 = |v: u64| {
+            if v >= 1 {
+                Ok(())
+            } else {
+                Err("below the knob's range".to_owned())
+            }
+        };
+        let d = decide(1, &values, std::slice::from_ref(&drain), floor_from_1);
+        assert_eq!(d.value, Some(1), "{}", d.reason);
+        assert!(d.reason.contains("bound"), "{}", d.reason);
+        // Where the config accepts a value beyond, the unresolved edge still needs its step.
+        let d = decide(1, &values, std::slice::from_ref(&drain), ok);
+        assert_eq!(d.value, None, "{}", d.reason);
     }
 
     #[test]
