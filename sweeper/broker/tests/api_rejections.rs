@@ -319,6 +319,31 @@ async fn a_body_over_its_limit_is_413_with_or_without_a_length_and_writes_nothin
     assert_eq!(server.put("/api/v1/kv/ns/k", &fits).await.status, 201);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_content_length_over_the_limit_is_a_413_at_once() {
+    let db = TestDb::new().await;
+    let server = tight(&db, "declared").await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .expect("connect");
+    let started = queen_sweeper::clock::monotonic_now();
+    // 5 GiB declared, not a byte of it sent: the answer cannot depend on reading it.
+    stream
+        .write_all(b"POST /api/v1/timers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5368709120\r\n\r\n")
+        .await
+        .expect("write");
+    let answer = api_support::read_answer(&mut stream, Duration::from_secs(5)).await;
+    let waited = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let body = api_support::raw_json(&answer);
+    assert_eq!(body["error"]["code"], "body_too_large", "{answer}");
+    assert!(
+        waited < Duration::from_secs(1),
+        "a declared 5 GiB body took {waited:?} to refuse"
+    );
+    nothing_written(&db).await;
+}
+
 /// Sends `request` on a fresh connection and reads the answer to its end (bounded).
 async fn raw_exchange(port: u16, request: &[u8]) -> String {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
