@@ -31,10 +31,133 @@ use super::ApiState;
 use super::errors::{ApiError, RETRY_AFTER_BUSY_S, RETRY_AFTER_TRANSIENT_S};
 use super::metrics::RequestLabel;
 
+/// The longest request target (path and query) served; longer is a JSON 414. Names are at most
+/// `QUEEN_API_MAX_KEY_BYTES` (800 at most) each, three times that percent-encoded is 7.2 KiB, so
+/// 8 KiB refuses no valid request. hyper's own limit (64 KiB) answers a bare 414 above that.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// The most header bytes (names and values) of one request; more is a JSON 431. The API reads
+/// three headers; 16 KiB leaves proxies and tracing room. hyper's buffer limit (about 400 KiB)
+/// answers a bare 431 above that. Not measured.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// The most headers of one request; more is a JSON 431. hyper is set to read twice this many,
+/// so the refusal is ours (JSON), not hyper's bare one.
+pub const MAX_HEADERS: usize = 100;
+
+/// Refuses, in the JSON error shape, a request whose target or headers are over their limits,
+/// before it is routed.
+pub async fn http_limits(request: Request, next: Next) -> Response {
+    let refused = over_http_limits(request.uri().to_string().len(), request.headers())
+        .or_else(|| request.uri().query().and_then(undecodable_query));
+    match refused {
+        Some(error) => error.into_response(),
+        None => next.run(request).await,
+    }
+}
+
+/// A query string whose percent-decoded bytes are not UTF-8 (`?after=%ff`) is refused: the query
+/// parser would replace them with U+FFFD and answer about a name the client never sent.
+fn undecodable_query(query: &str) -> Option<ApiError> {
+    let utf8 = query
+        .split(['&', '='])
+        .all(|part| std::str::from_utf8(&percent_decoded(part)).is_ok());
+    (!utf8).then(|| {
+        ApiError::bad_request(
+            "invalid_query",
+            "the query string is not UTF-8 once percent-decoded",
+        )
+    })
+}
+
+/// The bytes `%XX` escapes stand for; a `%` not followed by two hex digits stays as it is.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = bytes
+            .get(at + 1..at + 3)
+            .filter(|_| bytes[at] == b'%')
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            None => {
+                decoded.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    decoded
+}
+
+fn over_http_limits(uri_bytes: usize, headers: &HeaderMap) -> Option<ApiError> {
+    if uri_bytes > MAX_URI_BYTES {
+        return Some(ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the request target is {uri_bytes} bytes, over {MAX_URI_BYTES}"),
+        ));
+    }
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if header_bytes > MAX_HEADER_BYTES || headers.len() > MAX_HEADERS {
+        return Some(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "the request has {} headers of {header_bytes} bytes, over {MAX_HEADERS} headers or {MAX_HEADER_BYTES} bytes",
+                headers.len()
+            ),
+        ));
+    }
+    None
+}
+
+/// Whether a request with a body says it is JSON. A body without a `Content-Type` is not: a
+/// client that forgot it would otherwise have a form or text parsed as JSON by luck.
+fn refused_media_type(headers: &HeaderMap) -> Option<ApiError> {
+    let has_body = declared_length(headers).is_some_and(|bytes| bytes > 0)
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    if !has_body {
+        return None;
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|value| value.as_bytes());
+    if content_type.is_some_and(is_json) {
+        return None;
+    }
+    let shown = content_type.map_or_else(
+        || "none".to_owned(),
+        |bytes| format!("\"{}\"", String::from_utf8_lossy(bytes)),
+    );
+    Some(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("the request body must be application/json (Content-Type: {shown})"),
+    ))
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`), in any letter case.
+fn is_json(content_type: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(content_type);
+    let essence = text.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
 /// Reads the request body whole, within the body limit and the body read timeout, before the
 /// request takes a slot ([`admit`]).
 pub async fn read_body(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let limits = &state.inner.limits;
+    if let Some(error) = refused_media_type(request.headers()) {
+        return error.into_response();
+    }
     if let Some(declared) = declared_length(request.headers())
         && declared > limits.max_body_bytes
     {
@@ -187,5 +310,55 @@ mod tests {
         assert_eq!(declared_length(&headers), Some(5 * 1024 * 1024 * 1024));
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("many"));
         assert_eq!(declared_length(&headers), None);
+    }
+
+    #[test]
+    fn a_body_must_say_it_is_json_and_a_bodiless_request_need_not() {
+        let mut headers = HeaderMap::new();
+        assert!(refused_media_type(&headers).is_none());
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        assert!(refused_media_type(&headers).is_none());
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("2"));
+        assert_eq!(
+            refused_media_type(&headers).map(|e| e.status),
+            Some(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+        );
+        for json in ["application/json", "Application/JSON; charset=utf-8"] {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(json));
+            assert!(refused_media_type(&headers).is_none(), "{json}");
+        }
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert!(refused_media_type(&headers).is_some());
+    }
+
+    #[test]
+    fn a_query_is_refused_only_when_its_escapes_are_not_utf8() {
+        assert_eq!(percent_decoded("a%41%e2%82%ac%"), b"aA\xe2\x82\xac%");
+        assert!(undecodable_query("after=%e2%82%ac&limit=5").is_none());
+        assert!(undecodable_query("after=%zz").is_none());
+        assert_eq!(
+            undecodable_query("after=%ff").map(|e| e.code),
+            Some("invalid_query")
+        );
+    }
+
+    #[test]
+    fn targets_and_headers_one_past_their_limits_are_refused() {
+        let headers = HeaderMap::new();
+        assert!(over_http_limits(MAX_URI_BYTES, &headers).is_none());
+        assert_eq!(
+            over_http_limits(MAX_URI_BYTES + 1, &headers).map(|e| e.code),
+            Some("uri_too_long")
+        );
+        let mut headers = HeaderMap::new();
+        let name = "x-big";
+        let fits = "v".repeat(MAX_HEADER_BYTES - name.len());
+        headers.insert(name, HeaderValue::from_str(&fits).unwrap());
+        assert!(over_http_limits(1, &headers).is_none());
+        headers.insert(name, HeaderValue::from_str(&format!("{fits}v")).unwrap());
+        assert_eq!(
+            over_http_limits(1, &headers).map(|e| e.code),
+            Some("headers_too_large")
+        );
     }
 }

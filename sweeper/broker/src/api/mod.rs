@@ -178,6 +178,7 @@ pub fn router(state: ApiState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(guard::http_limits))
         .with_state(state)
 }
 

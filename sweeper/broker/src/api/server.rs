@@ -24,6 +24,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::guard::MAX_HEADERS;
 use super::{ApiState, router};
 
 /// Time the drain allows beyond the body read and the request deadline, for answers to be written
@@ -50,7 +51,8 @@ pub async fn serve(listener: TcpListener, state: ApiState, shutdown: Cancellatio
     let app = router(state);
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout());
+        .header_read_timeout(limits.header_read_timeout())
+        .max_headers(2 * MAX_HEADERS);
     let connections = GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
