@@ -1,6 +1,6 @@
 //! When the database or the load says no: transient failures are 503s with `Retry-After`, never
-//! 500s with a backtrace; a failed commit writes nothing and rings no wake; the in-flight limit
-//! and the request deadline hold. Real `serve` processes, real PostgreSQL.
+//! 500s with a backtrace; a failed commit writes nothing and rings no wake; the in-flight limit,
+//! the body and header read timeouts and the request deadline hold. Real `serve` processes, real PostgreSQL.
 
 mod api_support;
 
@@ -239,17 +239,66 @@ async fn with_every_slot_taken_a_request_is_503_busy_while_metrics_and_healthz_s
     );
 }
 
+/// Opens a connection that sends a PUT's headers with `Expect: 100-continue`, waits for the
+/// server's `100 Continue` (the server is reading the body now), then sends part of the body and
+/// stalls. The first line the server answered with, and the stream, kept open.
+async fn slow_body_client(port: u16, key: &str) -> (String, tokio::net::TcpStream) {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /api/v1/kv/ns/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = api_support::read_answer(&mut stream, Duration::from_secs(10)).await;
+    let first_line = answer.lines().next().unwrap_or("").to_owned();
+    if first_line.starts_with("HTTP/1.1 100") {
+        stream.write_all(b"{\"value\":").await.unwrap();
+    }
+    (first_line, stream)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_past_its_deadline_is_a_503_and_gives_its_slot_back() {
+async fn slow_bodies_hold_no_slot_and_another_clients_schedule_still_succeeds() {
     let db = TestDb::new().await;
-    // The shortest deadline the limits allow with a 200 ms statement timeout: 2 × 200 + 2000.
     let env = [
-        ("QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS", "200"),
-        ("QUEEN_SWEEPER_LEASE_MS", "400"),
-        ("QUEEN_API_REQUEST_TIMEOUT_MS", "2400"),
+        ("QUEEN_API_MAX_IN_FLIGHT", "2"),
+        ("QUEEN_API_BODY_READ_TIMEOUT_MS", "30000"),
+    ];
+    let server = Start::on(&db, "slow-bodies").env(&env).spawn().await;
+    let mut slow = Vec::new();
+    for n in 0..4 {
+        let (first_line, stream) = slow_body_client(server.port, &format!("slow{n}")).await;
+        assert_eq!(
+            first_line, "HTTP/1.1 100 Continue",
+            "slow client {n} is being read, not refused"
+        );
+        slow.push(stream);
+    }
+    let op = schedule_op("q", "k", 60_000, json!({"n": 1}));
+    let answer = server.schedule(&json!({"ops": [op]})).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        server
+            .metric("queen_api_refused_total{reason=\"busy\"}")
+            .await,
+        0.0
+    );
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM queen.log_timers").await,
+        1
+    );
+    drop(slow);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_is_a_408_after_the_body_read_timeout_and_writes_nothing() {
+    let db = TestDb::new().await;
+    let env = [
+        ("QUEEN_API_BODY_READ_TIMEOUT_MS", "500"),
         ("QUEEN_API_MAX_IN_FLIGHT", "1"),
     ];
-    let server = Start::on(&db, "deadline").env(&env).spawn().await;
+    let server = Start::on(&db, "stalled-body").env(&env).spawn().await;
     // A client that promises 100 bytes of body and sends 10.
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
         .await
@@ -259,32 +308,48 @@ async fn a_request_past_its_deadline_is_a_503_and_gives_its_slot_back() {
         .write_all(b"PUT /api/v1/kv/ns/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"value\":")
         .await
         .unwrap();
-    let mut response = vec![0u8; 4096];
-    let read = tokio::time::timeout(Duration::from_secs(15), stream.read(&mut response))
-        .await
-        .expect("an answer within 15 s")
-        .unwrap();
+    let answer = api_support::read_answer(&mut stream, Duration::from_secs(10)).await;
     let waited = started.elapsed();
-    let response = String::from_utf8_lossy(&response[..read]).to_lowercase();
-    assert!(response.starts_with("http/1.1 503"), "{response}");
-    assert!(response.contains("retry-after: 1"), "{response}");
-    assert!(response.contains("\"timeout\""), "{response}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert_eq!(
+        api_support::raw_json(&answer)["error"]["code"],
+        "body_timeout"
+    );
     assert!(
-        waited >= Duration::from_millis(2400),
-        "answered after {waited:?}, before the deadline"
+        waited >= Duration::from_millis(500),
+        "answered after {waited:?}, before the body read timeout"
     );
-    println!(
-        "a stalled body was answered 503 after {} ms (deadline 2400 ms)",
-        waited.as_millis()
-    );
-
     let next = server.get("/api/v1/kv/ns/slow").await;
     next.refused(404, "not_found");
     assert_eq!(
         server
-            .metric("queen_api_refused_total{reason=\"timeout\"}")
+            .metric("queen_api_refused_total{reason=\"body_timeout\"}")
             .await,
         1.0
     );
     assert_eq!(count(&db.pool, "SELECT count(*) FROM queen.kv").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_header_read_timeout() {
+    let db = TestDb::new().await;
+    let env = [("QUEEN_API_HEADER_READ_TIMEOUT_MS", "300")];
+    let server = Start::on(&db, "slow-headers").env(&env).spawn().await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    let started = monotonic_now();
+    stream
+        .write_all(b"GET /api/v1/kv/ns/k HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    let waited = started.elapsed();
+    assert!(closed.is_ok(), "the connection was still open after 5 s");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed after {waited:?}, before the header read timeout"
+    );
+    assert_eq!(server.get("/healthz").await.status, 200);
 }

@@ -319,6 +319,410 @@ async fn a_body_over_its_limit_is_413_with_or_without_a_length_and_writes_nothin
     assert_eq!(server.put("/api/v1/kv/ns/k", &fits).await.status, 201);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_content_length_over_the_limit_is_a_413_at_once() {
+    let db = TestDb::new().await;
+    let server = tight(&db, "declared").await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .expect("connect");
+    let started = queen_sweeper::clock::monotonic_now();
+    // 5 GiB declared, not a byte of it sent: the answer cannot depend on reading it.
+    stream
+        .write_all(b"POST /api/v1/timers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5368709120\r\n\r\n")
+        .await
+        .expect("write");
+    let answer = api_support::read_answer(&mut stream, Duration::from_secs(5)).await;
+    let waited = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let body = api_support::raw_json(&answer);
+    assert_eq!(body["error"]["code"], "body_too_large", "{answer}");
+    assert!(
+        waited < Duration::from_secs(1),
+        "a declared 5 GiB body took {waited:?} to refuse"
+    );
+    nothing_written(&db).await;
+}
+
+/// One request as raw bytes: `Host` and `Connection: close` added, and a `Content-Length` when
+/// there is a body.
+fn raw(method: &str, target: &str, headers: &[&str], body: &str) -> Vec<u8> {
+    let mut text =
+        format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for header in headers {
+        text.push_str(header);
+        text.push_str("\r\n");
+    }
+    if !body.is_empty() {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    text.into_bytes()
+}
+
+const JSON: &str = "Content-Type: application/json";
+
+/// A schedule of one op whose field `field` is `value` (raw JSON text).
+fn schedule_with(field: &str, value: &str) -> String {
+    let mut op = serde_json::Map::new();
+    for (k, v) in [
+        ("op", "\"schedule\""),
+        ("queue", "\"q\""),
+        ("timerKey", "\"k\""),
+        ("delayMs", "5"),
+        ("payload", "1"),
+    ] {
+        op.insert(k.to_owned(), serde_json::from_str(v).unwrap());
+    }
+    let mut text = serde_json::to_string(&json!({"ops": [Value::Object(op)]})).unwrap();
+    let placeholder = if field == "payload" || field == "delayMs" {
+        format!("\"{field}\":{}", if field == "payload" { "1" } else { "5" })
+    } else {
+        format!(
+            "\"{field}\":\"{}\"",
+            if field == "queue" { "q" } else { "k" }
+        )
+    };
+    if text.contains(&placeholder) {
+        text = text.replace(&placeholder, &format!("\"{field}\":{value}"));
+    } else {
+        text = text.replace("\"op\":", &format!("\"{field}\":{value},\"op\":"));
+    }
+    text
+}
+
+/// The bad-input table: every row a raw request, the status and code it must get. No row may be
+/// a 500, and every answer must be the documented error JSON, including the refusals of the HTTP
+/// layer (target and header limits, media type, percent-encoding) and the NULs PostgreSQL cannot
+/// store (once 500s with SQLSTATE 22P05 / 22021).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bad_input_table_is_all_4xx_in_the_error_shape() {
+    let db = TestDb::new().await;
+    let server = tight(&db, "table").await;
+    let long_target = format!("/api/v1/timers/{}", "q".repeat(9000));
+    let big_header = format!("X-Big: {}", "b".repeat(20_000));
+    let many_headers: Vec<String> = (0..150).map(|n| format!("X-H{n}: v")).collect();
+    let many_headers: Vec<&str> = many_headers.iter().map(String::as_str).collect();
+    let mut tenant_ff = raw("GET", "/api/v1/kv/ns/k", &["x-queen-tenant: caf?"], "");
+    let at = tenant_ff.iter().position(|b| *b == b'?').unwrap();
+    tenant_ff[at] = 0xff;
+    let mut type_ff = raw(
+        "PUT",
+        "/api/v1/kv/ns/k",
+        &["Content-Type: ?"],
+        "{\"value\": 1}",
+    );
+    let at = type_ff.iter().position(|b| *b == b'?').unwrap();
+    type_ff[at] = 0xff;
+    let rows: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "bad percent-encoding in a path",
+            raw("GET", "/api/v1/timers/q/k%ff", &[], ""),
+            400,
+            "invalid_path",
+        ),
+        (
+            "bad percent-encoding in a queue",
+            raw("GET", "/api/v1/messages/q%ff", &[], ""),
+            400,
+            "invalid_path",
+        ),
+        (
+            "bad percent-encoding in a KV key",
+            raw("DELETE", "/api/v1/kv/ns/%ff", &[], ""),
+            400,
+            "invalid_path",
+        ),
+        (
+            "bad percent-encoding in a query",
+            raw("GET", "/api/v1/timers/q?after=%ff", &[], ""),
+            400,
+            "invalid_query",
+        ),
+        (
+            "a query value of the wrong type",
+            raw("GET", "/api/v1/timers/q?limit=x", &[], ""),
+            400,
+            "invalid_query",
+        ),
+        (
+            "an unknown query field",
+            raw("GET", "/api/v1/timers/q?limt=5", &[], ""),
+            400,
+            "invalid_query",
+        ),
+        (
+            "NUL in a path queue",
+            raw("GET", "/api/v1/timers/q%00/k", &[], ""),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a path timer key",
+            raw("DELETE", "/api/v1/timers/q/k%00", &[], ""),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a query after",
+            raw("GET", "/api/v1/timers/q?after=%00", &[], ""),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a query partition",
+            raw("GET", "/api/v1/messages/q?partition=p%00", &[], ""),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a KV namespace",
+            raw("GET", "/api/v1/kv/n%00s/k", &[], ""),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a KV key",
+            raw("PUT", "/api/v1/kv/ns/k%00", &[JSON], "{\"value\": 1}"),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a JSON queue",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON],
+                &schedule_with("queue", "\"q\\u0000\""),
+            ),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a JSON timer key",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON],
+                &schedule_with("timerKey", "\"\\u0000\""),
+            ),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a partition",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON],
+                &schedule_with("partition", "\"p\\u0000\""),
+            ),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a txn",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON],
+                &schedule_with("txn", "\"t\\u0000\""),
+            ),
+            400,
+            "nul_in_name",
+        ),
+        (
+            "NUL in a JSON payload",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON],
+                &schedule_with("payload", "{\"a\": [\"\\u0000\"]}"),
+            ),
+            400,
+            "nul_in_json",
+        ),
+        (
+            "NUL in a KV value",
+            raw(
+                "PUT",
+                "/api/v1/kv/ns/k",
+                &[JSON],
+                "{\"value\": \"a\\u0000b\"}",
+            ),
+            400,
+            "nul_in_json",
+        ),
+        (
+            "NUL in a KV value's key",
+            raw(
+                "PUT",
+                "/api/v1/kv/ns/k",
+                &[JSON],
+                "{\"value\": {\"\\u0000\": 1}}",
+            ),
+            400,
+            "nul_in_json",
+        ),
+        (
+            "the tenant twice",
+            raw(
+                "GET",
+                "/api/v1/kv/ns/k",
+                &["x-queen-tenant: a", "x-queen-tenant: b"],
+                "",
+            ),
+            400,
+            "duplicate_tenant",
+        ),
+        (
+            "a space in the tenant",
+            raw("GET", "/api/v1/kv/ns/k", &["x-queen-tenant: a b"], ""),
+            400,
+            "invalid_tenant",
+        ),
+        (
+            "a byte over 0x7e in the tenant",
+            tenant_ff,
+            400,
+            "invalid_tenant",
+        ),
+        (
+            "an empty tenant",
+            raw("GET", "/api/v1/kv/ns/k", &["x-queen-tenant:"], ""),
+            400,
+            "empty_name",
+        ),
+        (
+            "a text/plain body",
+            raw(
+                "PUT",
+                "/api/v1/kv/ns/k",
+                &["Content-Type: text/plain"],
+                "{\"value\": 1}",
+            ),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "a body without a Content-Type",
+            raw("PUT", "/api/v1/kv/ns/k", &[], "{\"value\": 1}"),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "a switches body as a form",
+            raw(
+                "POST",
+                "/api/v1/system/switches",
+                &["Content-Type: application/x-www-form-urlencoded"],
+                "fireEnabled=true",
+            ),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "a Content-Type that is not ASCII",
+            type_ff,
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "an over-long target",
+            raw("GET", &long_target, &[], ""),
+            414,
+            "uri_too_long",
+        ),
+        (
+            "an oversized header",
+            raw("GET", "/api/v1/kv/ns/k", &[&big_header], ""),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "too many headers",
+            raw("GET", "/api/v1/kv/ns/k", &many_headers, ""),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a declared 5 GiB body",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON, "Content-Length: 5368709120"],
+                "",
+            ),
+            413,
+            "body_too_large",
+        ),
+        (
+            "malformed JSON",
+            raw("POST", "/api/v1/timers", &[JSON], "{\"ops\": ["),
+            400,
+            "malformed_json",
+        ),
+        (
+            "a method not served",
+            raw("PATCH", "/api/v1/kv/ns/k", &[JSON], "{}"),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "a path not served",
+            raw("GET", "/api/v2/nothing", &[], ""),
+            404,
+            "no_route",
+        ),
+        (
+            "an empty key in the path",
+            raw("GET", "/api/v1/kv/ns/", &[], ""),
+            400,
+            "empty_name",
+        ),
+        (
+            "an absent timer cancelled",
+            raw("DELETE", "/api/v1/timers/q/absent", &[], ""),
+            404,
+            "not_found",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, request, status, code) in &rows {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .expect("connect");
+        let _ = stream.write_all(request).await;
+        let answer = api_support::read_answer(&mut stream, Duration::from_secs(5)).await;
+        let got_status: u16 = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let parsed: Option<Value> = serde_json::from_str(body).ok();
+        let got_code = parsed
+            .as_ref()
+            .and_then(|v| v["error"]["code"].as_str())
+            .unwrap_or("<not the error JSON>")
+            .to_owned();
+        let has_message = parsed
+            .as_ref()
+            .is_some_and(|v| v["error"]["message"].is_string());
+        assert_ne!(got_status, 500, "{what}: a 500\n{answer}");
+        if (got_status, got_code.as_str(), has_message) != (*status, *code, true) {
+            failures.push(format!(
+                "{what}: got {got_status} {got_code}, want {status} {code}\n  {answer}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failures.len(),
+        rows.len(),
+        failures.join("\n")
+    );
+    nothing_written(&db).await;
+}
+
 /// Sends `request` on a fresh connection and reads the answer to its end (bounded).
 async fn raw_exchange(port: u16, request: &[u8]) -> String {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))

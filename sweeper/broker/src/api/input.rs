@@ -2,8 +2,8 @@
 //! with a clear 4xx before anything touches the database. Pure: no I/O, no clock.
 
 use axum::body::Bytes;
-use axum::extract::Query;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -17,28 +17,47 @@ pub const TENANT_HEADER: &str = "x-queen-tenant";
 /// The tenant of a request without the header.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// The tenant named by the request's header, or [`DEFAULT_TENANT`].
+/// The tenant named by the request's header, or [`DEFAULT_TENANT`]. The header given twice is
+/// refused rather than one of the two picked: which one a proxy keeps is not ours to guess.
 pub fn tenant(headers: &HeaderMap, limits: &ApiConfig) -> Result<String, ApiError> {
-    let Some(value) = headers.get(TENANT_HEADER) else {
+    let mut values = headers.get_all(TENANT_HEADER).iter();
+    let Some(value) = values.next() else {
         return Ok(DEFAULT_TENANT.to_owned());
     };
-    let tenant = value.to_str().map_err(|_| {
-        ApiError::bad_request(
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "duplicate_tenant",
+            format!("the {TENANT_HEADER} header is given more than once"),
+        ));
+    }
+    let bytes = value.as_bytes();
+    if !bytes.iter().all(u8::is_ascii_graphic) {
+        return Err(ApiError::bad_request(
             "invalid_tenant",
-            format!("the {TENANT_HEADER} header must be visible ASCII"),
-        )
-    })?;
-    name("tenant", tenant, limits)?;
-    Ok(tenant.to_owned())
+            format!(
+                "the {TENANT_HEADER} header must be visible ASCII (0x21..=0x7E: no space, no control, no byte over 0x7E)"
+            ),
+        ));
+    }
+    let tenant = String::from_utf8_lossy(bytes).into_owned();
+    name("tenant", &tenant, limits)?;
+    Ok(tenant)
 }
 
-/// Checks one name (queue, timer key, partition, txn, namespace, key, tenant): non-empty and at
+/// Checks one name (queue, timer key, partition, txn, namespace, key, tenant): non-empty, no NUL
+/// (PostgreSQL text cannot hold one: it would be a 500 from the database, SQLSTATE 22021) and at
 /// most `QUEEN_API_MAX_KEY_BYTES` bytes.
 pub fn name(what: &str, value: &str, limits: &ApiConfig) -> Result<(), ApiError> {
     if value.is_empty() {
         return Err(ApiError::bad_request(
             "empty_name",
             format!("{what} must be non-empty"),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(ApiError::bad_request(
+            "nul_in_name",
+            format!("{what} contains a NUL character (U+0000), which a name cannot hold"),
         ));
     }
     if value.len() > limits.max_key_bytes as usize {
@@ -76,6 +95,40 @@ pub fn json_body(
     serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     })
+}
+
+/// Refuses a JSON value holding U+0000 in any string or object key, naming `what`: payloads and
+/// KV values are stored as `jsonb`, which cannot hold one (SQLSTATE 22P05, a 500 otherwise).
+/// A payload with NUL bytes can be sent as `payloadBase64`.
+pub fn nul_free_json(value: &Value, what: &str) -> Result<(), ApiError> {
+    if holds_nul(value) {
+        return Err(ApiError::bad_request(
+            "nul_in_json",
+            format!(
+                "{what} contains a NUL character (\\u0000), which is not stored in JSON; send bytes as payloadBase64"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether any string or key in `value` holds U+0000. Recursion depth is bounded by serde_json's
+/// own nesting limit of 128 when the value was parsed.
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, item)| key.contains('\0') || holds_nul(item)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+/// The path parameters as `T`, or a JSON 400 (a segment that is not UTF-8 once decoded, `%ff`).
+pub fn path<T>(path: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    path.map(|Path(value)| value)
+        .map_err(|rejection| ApiError::bad_request("invalid_path", rejection.body_text()))
 }
 
 /// A JSON object, or a 400 naming `what`.
@@ -160,6 +213,30 @@ mod tests {
             tenant(&headers, &limits).unwrap_err().code,
             "invalid_tenant"
         );
+        headers.insert(TENANT_HEADER, HeaderValue::from_static("a b"));
+        assert_eq!(
+            tenant(&headers, &limits).unwrap_err().code,
+            "invalid_tenant"
+        );
+        headers.insert(TENANT_HEADER, HeaderValue::from_static("a"));
+        headers.append(TENANT_HEADER, HeaderValue::from_static("b"));
+        assert_eq!(
+            tenant(&headers, &limits).unwrap_err().code,
+            "duplicate_tenant"
+        );
+    }
+
+    #[test]
+    fn a_nul_in_a_name_or_anywhere_in_a_json_value_is_refused_by_name() {
+        let limits = ApiConfig::default();
+        let e = name("queue", "q\0", &limits).unwrap_err();
+        assert_eq!((e.code, e.message.contains("queue")), ("nul_in_name", true));
+        assert!(name("queue", "q0", &limits).is_ok());
+        for value in [json!("a\0"), json!([1, {"k": "\0"}]), json!({"\0": 1})] {
+            let e = nul_free_json(&value, "value").unwrap_err();
+            assert_eq!(e.code, "nul_in_json", "{value}");
+        }
+        assert!(nul_free_json(&json!({"k": ["a", 1, null]}), "value").is_ok());
     }
 
     #[test]

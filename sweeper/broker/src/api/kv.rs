@@ -7,7 +7,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use super::ApiState;
 use super::config::ApiConfig;
 use super::errors::ApiError;
-use super::input::{json_body, name, object, refuse_server_owned, tenant, typed};
+use super::input::{
+    json_body, name, nul_free_json, object, path, refuse_server_owned, tenant, typed,
+};
 use super::views;
 
 /// Fields of a KV row the server sets.
@@ -51,11 +53,12 @@ struct PutWire {
 pub async fn put(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path((namespace, key)): Path<(String, String)>,
+    names_in_path: Result<Path<(String, String)>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let (namespace, key) = path(names_in_path)?;
     names(&namespace, &key, limits)?;
     let (value, ttl_ms) = parse_put(json_body(body, limits)?)?;
     let written = state
@@ -87,6 +90,7 @@ fn parse_put(body: Value) -> Result<(Value, Option<i64>), ApiError> {
             "the body needs \"value\" (any JSON value)",
         ));
     };
+    nul_free_json(&value, "value")?;
     let wire: PutWire = typed(map, "the body")?;
     if let Some(ttl_ms) = wire.ttl_ms
         && !(1..=MAX_TTL_MS).contains(&ttl_ms)
@@ -103,10 +107,11 @@ fn parse_put(body: Value) -> Result<(Value, Option<i64>), ApiError> {
 pub async fn get(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path((namespace, key)): Path<(String, String)>,
+    names_in_path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let (namespace, key) = path(names_in_path)?;
     names(&namespace, &key, limits)?;
     match state.inner.db.kv_get(&tenant, &namespace, &key).await? {
         Some(entry) => Ok(Json(json!({
@@ -122,10 +127,11 @@ pub async fn get(
 pub async fn delete(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path((namespace, key)): Path<(String, String)>,
+    names_in_path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let (namespace, key) = path(names_in_path)?;
     names(&namespace, &key, limits)?;
     if state.inner.db.kv_delete(&tenant, &namespace, &key).await? {
         Ok(Json(json!({ "deleted": true })))

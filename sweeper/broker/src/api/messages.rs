@@ -6,7 +6,7 @@
 //! become a response of gigabytes. `nextFrom` is where the next page starts.
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::ApiState;
 use super::errors::ApiError;
-use super::input::{name, query, tenant};
+use super::input::{name, path, query, tenant};
 use super::timers::{MAX_PAGE_ROWS, page_rows};
 use super::views;
 use crate::queries::Page;
@@ -39,11 +39,12 @@ pub struct ReadQuery {
 pub async fn read(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path(queue): Path<String>,
+    queue_in_path: Result<Path<String>, PathRejection>,
     page: Result<Query<ReadQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let queue = path(queue_in_path)?;
     name("queue", &queue, limits)?;
     let page = query(page)?;
     let partition = page

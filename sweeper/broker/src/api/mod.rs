@@ -5,7 +5,7 @@
 //! |---|---|
 //! | this one | the route table ([`ROUTES`], also checked against `sweeper/openapi.json`) and the router |
 //! | [`server`] | serving, and the graceful shutdown: stop accepting, finish what is in flight |
-//! | [`guard`] | the in-flight limit and the request deadline in front of every `/api/v1` route |
+//! | [`guard`] | the body read (bounded in bytes and time), then the in-flight limit and the request deadline, in front of every `/api/v1` route |
 //! | [`timers`] | schedule / reschedule / cancel through the seam; peek and list |
 //! | [`ops`] | the wire form of a timer batch and every check on it (pure) |
 //! | [`kv`] | put with TTL, get, delete |
@@ -159,10 +159,16 @@ impl ApiState {
 /// The whole server: the routes of [`ROUTES`], their guards, the body limit, the fallbacks.
 pub fn router(state: ApiState) -> Router {
     let body_limit = usize::try_from(state.inner.limits.max_body_bytes).unwrap_or(usize::MAX);
-    let guarded = guarded_routes().route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        guard::admit,
-    ));
+    // The last layer added runs first: the body is read before the slot is taken.
+    let guarded = guarded_routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::admit,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::read_body,
+        ));
     guarded
         .merge(open_routes())
         .route_layer(axum::middleware::from_fn_with_state(
@@ -172,6 +178,7 @@ pub fn router(state: ApiState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(guard::http_limits))
         .with_state(state)
 }
 

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::config::ApiConfig;
 use super::errors::ApiError;
-use super::input::{name, object, refuse_server_owned, typed};
+use super::input::{name, nul_free_json, object, refuse_server_owned, typed};
 use queen_sweeper::{Payload, TimerOp};
 
 /// Fields the server sets, refused by name wherever a caller could try to set them. The same list
@@ -211,6 +211,7 @@ fn payload_of(
             ));
         }
         (Some(value), None) => {
+            nul_free_json(&value, "payload")?;
             let bytes = serde_json::to_vec(&value).map_or(0, |text| text.len());
             (Payload::Json(value), bytes)
         }

@@ -1,23 +1,39 @@
 //! Serving the API until shutdown, then draining it.
 //!
+//! Connections are served here with hyper's HTTP/1 builder rather than `axum::serve`, for one
+//! setting `axum::serve` does not offer: a header read timeout
+//! (`QUEEN_API_HEADER_READ_TIMEOUT_MS`). Without it a client that opens a connection and sends
+//! its headers a byte at a time holds that connection for ever.
+//!
 //! When `shutdown` is cancelled the listener closes at once (a new connection is refused, so a
 //! load balancer moves on), idle keep-alive connections are closed, and requests in flight run to
-//! their end. Their end is bounded: every `/api/v1` request has its deadline
-//! (`QUEEN_API_REQUEST_TIMEOUT_MS`), so the drain waits that long plus [`DRAIN_SLACK`] and then
-//! gives up on whatever is left (a `/metrics` scrape from a client that stopped reading).
+//! their end. Their end is bounded: every `/api/v1` request reads its body within
+//! `QUEEN_API_BODY_READ_TIMEOUT_MS` and is then answered within `QUEEN_API_REQUEST_TIMEOUT_MS`, so
+//! the drain waits those two plus [`DRAIN_SLACK`] and then gives up on whatever is left (a
+//! `/metrics` scrape from a client that stopped reading).
 //!
 //! The caller stops the sweeper only after this returns, so a schedule answered during the drain
 //! still has a sweeper to wake.
 
 use std::time::Duration;
 
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::guard::MAX_HEADERS;
 use super::{ApiState, router};
 
-/// Time the drain allows beyond the request deadline, for answers to be written out. Not measured.
+/// Time the drain allows beyond the body read and the request deadline, for answers to be written
+/// out. Not measured.
 pub const DRAIN_SLACK: Duration = Duration::from_secs(1);
+
+/// The pause after a failed accept (out of file descriptors, most likely), so the loop does not
+/// spin on an error that needs a connection to close first. Not measured.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// How the drain ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,22 +46,45 @@ pub enum Drained {
 
 /// Serves `state`'s router on `listener` until `shutdown`, then drains.
 pub async fn serve(listener: TcpListener, state: ApiState, shutdown: CancellationToken) -> Drained {
-    let drain_limit = state.limits().request_timeout() + DRAIN_SLACK;
-    let server = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let bound = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(drain_limit).await;
-    };
-    tokio::select! {
-        result = server => {
-            if let Err(error) = result {
-                tracing::error!(%error, "the HTTP server failed");
+    let limits = state.limits().clone();
+    let drain_limit = limits.body_read_timeout() + limits.request_timeout() + DRAIN_SLACK;
+    let app = router(state);
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout())
+        .max_headers(2 * MAX_HEADERS);
+    let connections = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
             }
-            Drained::Clean
-        }
-        () = bound => {
-            tracing::warn!(limit_ms = drain_limit.as_millis() as u64, "requests still open after the drain limit; dropping them");
+        };
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                // A client that left, or one too slow with its headers: its business, not ours.
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    match tokio::time::timeout(drain_limit, connections.shutdown()).await {
+        Ok(()) => Drained::Clean,
+        Err(_) => {
+            tracing::warn!(
+                limit_ms = drain_limit.as_millis() as u64,
+                "requests still open after the drain limit; dropping them"
+            );
             Drained::Cut
         }
     }

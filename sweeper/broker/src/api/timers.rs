@@ -9,7 +9,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::ApiState;
 use super::errors::ApiError;
-use super::input::{json_body, name, query, tenant};
+use super::input::{json_body, name, path, query, tenant};
 use super::ops::parse_batch;
 use super::views;
 use queen_sweeper::clock;
@@ -43,22 +43,24 @@ pub async fn batch(
     Ok(Json(json!({ "results": results })))
 }
 
-/// `DELETE /api/v1/timers/{queue}/{timerKey}`: 200 cancelled, 404 absent, 409 too late (the timer
-/// is in a sweeper's hands and will fire).
+/// `DELETE /api/v1/timers/{queue}/{timerKey}`: 200 cancelled, 404 absent (the error shape, like
+/// every 404), 409 too late (the timer is in a sweeper's hands and will fire).
 pub async fn cancel(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path((queue, timer_key)): Path<(String, String)>,
+    names_in_path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<(StatusCode, Json<ApplyResult>), ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let (queue, timer_key) = path(names_in_path)?;
     name("queue", &queue, limits)?;
     name("timerKey", &timer_key, limits)?;
+    let absent = absent_timer(&tenant, &queue, &timer_key);
     let op = TimerOp::Cancel { queue, timer_key };
     let mut results = apply(&state, &tenant, std::slice::from_ref(&op)).await?;
     let result = results.pop().expect("the seam answers every operation");
     let status = match result.status {
-        ApplyStatus::Absent => StatusCode::NOT_FOUND,
+        ApplyStatus::Absent => return Err(absent),
         ApplyStatus::TooLate => StatusCode::CONFLICT,
         _ => StatusCode::OK,
     };
@@ -91,10 +93,11 @@ async fn apply(
 pub async fn peek(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path((queue, timer_key)): Path<(String, String)>,
+    names_in_path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let (queue, timer_key) = path(names_in_path)?;
     name("queue", &queue, limits)?;
     name("timerKey", &timer_key, limits)?;
     match state
@@ -104,13 +107,17 @@ pub async fn peek(
         .await?
     {
         Some(row) => Ok(Json(views::timer(&row))),
-        None => Err(ApiError::not_found(
-            "not_found",
-            format!(
-                "no timer ({queue}, {timer_key}) for tenant {tenant}: it fired, was cancelled, or never was"
-            ),
-        )),
+        None => Err(absent_timer(&tenant, &queue, &timer_key)),
     }
+}
+
+fn absent_timer(tenant: &str, queue: &str, timer_key: &str) -> ApiError {
+    ApiError::not_found(
+        "not_found",
+        format!(
+            "no timer ({queue}, {timer_key}) for tenant {tenant}: it fired, was cancelled, or never was"
+        ),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,11 +133,12 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Path(queue): Path<String>,
+    queue_in_path: Result<Path<String>, PathRejection>,
     page: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let queue = path(queue_in_path)?;
     name("queue", &queue, limits)?;
     let page = query(page)?;
     let rows = page_rows(page.limit)?;

@@ -335,3 +335,49 @@ pub fn schedule_op(queue: &str, timer_key: &str, delay_ms: i64, payload: Value) 
     op["payload"] = payload;
     op
 }
+
+/// Reads one HTTP/1.1 answer from `stream`: its head and, when it declares one, its
+/// `Content-Length` body; bounded by `limit`. The text read, lower-cased head included as sent.
+pub async fn read_answer(stream: &mut tokio::net::TcpStream, limit: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if answer_complete(&bytes) {
+                break;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            }
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    tokio::time::timeout(limit, read)
+        .await
+        .unwrap_or_else(|_| panic!("no whole answer within {limit:?}"))
+}
+
+/// Whether `bytes` hold a whole answer: a head, and as much body as it declares.
+fn answer_complete(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    let Some(end) = text.find("\r\n\r\n") else {
+        return false;
+    };
+    let head = text[..end].to_lowercase();
+    if head.starts_with("http/1.1 100") {
+        return true;
+    }
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |value| value.trim().parse::<usize>().expect("a length"));
+    bytes.len() >= end + 4 + length
+}
+
+/// The JSON body of a raw answer read by [`read_answer`].
+pub fn raw_json(answer: &str) -> Value {
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}"))
+}
