@@ -291,8 +291,8 @@ pub async fn run(
 /// The report: a table per case, a row per repetition.
 pub fn markdown(faults: &Faults, size: Size) -> String {
     let mut out = format!(
-        "# The broker under faults\n\nRun {} on {}, soak built at {}. {} s of load per run, {} repetition(s) per case; every run then waits until nothing due is left.\n\n",
-        faults.date, faults.rig, faults.commit, size.seconds, size.reps
+        "# The broker under faults\n\nRun {} on {}, soak built at {}. {} s of load per run ({} s for steady and snapshot), {} repetition(s) per case; every run then waits until nothing due is left.\n\n",
+        faults.date, faults.rig, faults.commit, size.seconds, size.long_seconds, size.reps
     );
     for case in cases(size) {
         let runs: Vec<&CaseRun> = faults.runs.iter().filter(|r| r.case == case.name).collect();
