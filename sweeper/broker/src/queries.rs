@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::Row;
-use sqlx::postgres::{PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions, Connection};
 use uuid::Uuid;
 
 use queen_sweeper::{
@@ -83,6 +84,8 @@ pub struct Page {
 #[derive(Debug, Clone)]
 pub struct PgApi {
     store: PgStore,
+    /// For [`PgApi::probe`]: a connection of its own, outside the pool.
+    probe_options: PgConnectOptions,
 }
 
 impl PgApi {
@@ -98,6 +101,11 @@ impl PgApi {
             config.statement_timeout(),
             &format!("queen-api:{identity}"),
         )?;
+        let probe_options = connect_options(
+            url,
+            config.statement_timeout(),
+            &format!("queen-api-probe:{identity}"),
+        )?;
         let pool = PgPoolOptions::new()
             .max_connections(connections.max(1))
             .acquire_timeout(config.statement_timeout() + CLIENT_GRACE)
@@ -106,6 +114,7 @@ impl PgApi {
             .map_err(|e| database_error(e, "connecting the API's pool"))?;
         Ok(PgApi {
             store: PgStore::from_pool(pool, config.statement_timeout()),
+            probe_options,
         })
     }
 
@@ -132,6 +141,25 @@ impl PgApi {
                 )
             })
             .await
+    }
+
+    /// Connects outside the pool and runs one statement: whether the server takes connections and
+    /// answers, which the pool cannot tell quickly (its acquire retries connects until its
+    /// timeout). The caller bounds it in time ([`crate::api::health`]).
+    pub async fn probe(&self) -> Result<(), Error> {
+        let mut connection = self
+            .probe_options
+            .connect()
+            .await
+            .map_err(|e| database_error(e, "health probe: connecting"))?;
+        sqlx::query("SELECT 1")
+            .execute(&mut connection)
+            .await
+            .map_err(|e| database_error(e, "health probe"))?;
+        connection
+            .close()
+            .await
+            .map_err(|e| database_error(e, "health probe: closing"))
     }
 
     pub async fn peek_timer(

@@ -22,6 +22,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::health::suggests_outage;
 use queen_sweeper::{Class, Error};
 
 /// Seconds to wait after a transient database failure: a lock, a timeout, a lost connection. One
@@ -45,7 +46,14 @@ pub struct ApiError {
     /// The operation of a batch the refusal is about.
     pub index: Option<usize>,
     pub retry_after_s: Option<u64>,
+    /// The failure can mean the database is unreachable ([`super::health::suggests_outage`]):
+    /// the answer carries a [`SuspectDatabase`] for [`super::guard::admit`] to act on.
+    pub suspects_database: bool,
 }
+
+/// A response extension: the request failed in a way that can mean the database is gone.
+#[derive(Debug, Clone, Copy)]
+pub struct SuspectDatabase;
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
@@ -55,6 +63,7 @@ impl ApiError {
             message: message.into(),
             index: None,
             retry_after_s: None,
+            suspects_database: false,
         }
     }
 
@@ -123,13 +132,16 @@ fn from_database(error: &Error) -> ApiError {
         ),
         (_, Class::Transient) => {
             tracing::warn!(%error, "API request failed transiently");
-            ApiError::unavailable(
-                "database_unavailable",
-                format!(
-                    "the database could not answer now ({error}); retry in {RETRY_AFTER_TRANSIENT_S} s"
-                ),
-                RETRY_AFTER_TRANSIENT_S,
-            )
+            ApiError {
+                suspects_database: suggests_outage(error),
+                ..ApiError::unavailable(
+                    "database_unavailable",
+                    format!(
+                        "the database could not answer now ({error}); retry in {RETRY_AFTER_TRANSIENT_S} s"
+                    ),
+                    RETRY_AFTER_TRANSIENT_S,
+                )
+            }
         }
         (_, Class::Config) => {
             tracing::error!(%error, "API request failed: the schema is not what this binary expects");
@@ -161,6 +173,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.suspects_database {
+            response.extensions_mut().insert(SuspectDatabase);
         }
         response
     }

@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::LengthLimitError;
 
 use super::ApiState;
-use super::errors::{ApiError, RETRY_AFTER_BUSY_S, RETRY_AFTER_TRANSIENT_S};
+use super::errors::{ApiError, RETRY_AFTER_BUSY_S, RETRY_AFTER_TRANSIENT_S, SuspectDatabase};
 use super::metrics::RequestLabel;
 
 /// The longest request target (path and query) served; longer is a JSON 414. Names are at most
@@ -221,8 +221,22 @@ fn body_too_large(limit: u64, declared: Option<u64>) -> ApiError {
     )
 }
 
-/// Takes a slot, runs the request under its deadline, gives the slot back.
+/// Refuses at once while the database is known to be down ([`super::health`]); otherwise takes
+/// a slot, runs the request under its deadline, gives the slot back, and has the database probed
+/// when the answer suggests it is gone.
 pub async fn admit(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    if let Some(down) = state.inner.health.down() {
+        state.inner.metrics.refused("database_down");
+        return ApiError::unavailable(
+            "database_unavailable",
+            format!(
+                "{}; refused without trying, retry in {RETRY_AFTER_TRANSIENT_S} s",
+                down.describe()
+            ),
+            RETRY_AFTER_TRANSIENT_S,
+        )
+        .into_response();
+    }
     let Ok(slot) = state.inner.in_flight.clone().try_acquire_owned() else {
         state.inner.metrics.refused("busy");
         return ApiError::unavailable(
@@ -241,6 +255,10 @@ pub async fn admit(State(state): State<ApiState>, request: Request, next: Next) 
         Ok(response) => response,
         Err(_) => {
             state.inner.metrics.refused("timeout");
+            state
+                .inner
+                .health
+                .suspect("a request ran past its deadline");
             ApiError::unavailable(
                 "timeout",
                 format!(
@@ -253,6 +271,12 @@ pub async fn admit(State(state): State<ApiState>, request: Request, next: Next) 
         }
     };
     drop(slot);
+    if response.extensions().get::<SuspectDatabase>().is_some() {
+        state
+            .inner
+            .health
+            .suspect("a request failed without an answer from the database");
+    }
     response
 }
 

@@ -3,8 +3,9 @@
 //! | series | what |
 //! |---|---|
 //! | `queen_api_requests_total{method,route,status}` | answered requests, by route template (never by raw path, so a key cannot become a label) |
-//! | `queen_api_refused_total{reason}` | requests refused before a handler ran: `busy` (no in-flight slot), `timeout` (past the deadline) |
+//! | `queen_api_refused_total{reason}` | requests refused before a handler ran: `busy` (no in-flight slot), `timeout` (past the deadline), `database_down` (the database is known to be down, [`super::health`]) |
 //! | `queen_api_in_flight` | requests holding a slot now |
+//! | `queen_api_database_up` | 0 from a failed health probe until one succeeds, 1 otherwise |
 //! | `queen_api_wakes_total{moved}` | wakes rung after a committed schedule, and whether each moved the sweeper's next look earlier |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,6 +41,7 @@ pub struct ApiMetrics {
     pub requests: Family<RequestLabel, Counter>,
     pub refused: Family<ReasonLabel, Counter>,
     pub in_flight: Gauge,
+    pub database_up: Gauge,
     pub wakes: Family<MovedLabel, Counter>,
 }
 
@@ -54,6 +56,7 @@ impl ApiMetrics {
         let requests = Family::default();
         let refused = Family::default();
         let in_flight = Gauge::default();
+        let database_up = Gauge::default();
         let wakes = Family::default();
         let mut registry = Registry::default();
         registry.register(
@@ -63,13 +66,18 @@ impl ApiMetrics {
         );
         registry.register(
             "queen_api_refused",
-            "Requests refused before a handler ran (busy, timeout)",
+            "Requests refused before a handler ran (busy, timeout, database_down, ...)",
             refused.clone(),
         );
         registry.register(
             "queen_api_in_flight",
             "API requests holding an in-flight slot",
             in_flight.clone(),
+        );
+        registry.register(
+            "queen_api_database_up",
+            "0 while the API takes its database to be down (a health probe failed), 1 otherwise",
+            database_up.clone(),
         );
         registry.register(
             "queen_api_wakes",
@@ -81,6 +89,7 @@ impl ApiMetrics {
             requests,
             refused,
             in_flight,
+            database_up,
             wakes,
         }
     }
@@ -133,6 +142,7 @@ mod tests {
             "queen_api_wakes_total{moved=\"true\"} 1",
             "queen_api_requests_total{method=\"POST\",route=\"/api/v1/timers\",status=\"200\"} 1",
             "queen_api_in_flight 0",
+            "queen_api_database_up 0",
         ] {
             assert!(text.contains(series), "missing {series:?} in:\n{text}");
         }

@@ -11,6 +11,7 @@
 //! | [`kv`] | put with TTL, get, delete |
 //! | [`messages`] | reading fired messages from an offset |
 //! | [`system`] | the kill switches, `/healthz`, `/metrics` |
+//! | [`health`] | what the API knows of its database between calls: refusing at once while it is down |
 //! | [`input`] | tenant header, names, JSON body and query parsing (pure) |
 //! | [`views`] | how rows look in answers (pure) |
 //! | [`errors`] | refusals → status, code, `Retry-After` |
@@ -23,6 +24,7 @@
 pub mod config;
 pub mod errors;
 pub mod guard;
+pub mod health;
 pub mod input;
 pub mod kv;
 pub mod messages;
@@ -44,6 +46,7 @@ use tokio::sync::Semaphore;
 
 use self::config::ApiConfig;
 use self::errors::ApiError;
+use self::health::DbHealth;
 use self::metrics::ApiMetrics;
 use crate::queries::PgApi;
 use queen_sweeper::{Admission, Metrics, Seam, Switches};
@@ -114,6 +117,7 @@ struct Inner {
     admission: Admission,
     sweeper_metrics: Metrics,
     metrics: ApiMetrics,
+    health: DbHealth,
     limits: ApiConfig,
     in_flight: Arc<Semaphore>,
 }
@@ -137,6 +141,8 @@ pub struct Parts {
 impl ApiState {
     pub fn new(parts: Parts) -> ApiState {
         let slots = parts.limits.max_in_flight as usize;
+        let metrics = ApiMetrics::new();
+        let health = DbHealth::new(parts.db.clone(), metrics.database_up.clone());
         ApiState {
             inner: Arc::new(Inner {
                 db: parts.db,
@@ -144,7 +150,8 @@ impl ApiState {
                 switches: parts.switches,
                 admission: parts.admission,
                 sweeper_metrics: parts.sweeper_metrics,
-                metrics: ApiMetrics::new(),
+                metrics,
+                health,
                 limits: parts.limits,
                 in_flight: Arc::new(Semaphore::new(slots)),
             }),

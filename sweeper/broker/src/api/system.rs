@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::ApiState;
 use super::errors::ApiError;
+use super::health::{HEALTHZ_LIMIT, suggests_outage};
 use super::input::{json_body, object, typed};
 use queen_sweeper::{Switch, SwitchStates};
 
@@ -77,18 +78,41 @@ pub async fn set_switches(
 }
 
 /// `GET /healthz`: 200 `ok` once the database answers and holds the schema this binary serves;
-/// 503 with the reason otherwise.
+/// 503 with the reason otherwise, within [`HEALTHZ_LIMIT`]: at once while the database is known to
+/// be down, and after the limit when it does not answer (which has it probed).
 pub async fn healthz(State(state): State<ApiState>) -> (StatusCode, String) {
-    match state.inner.db.schema_ready().await {
-        Ok(true) => (StatusCode::OK, "ok".to_owned()),
-        Ok(false) => (
+    let inner = &state.inner;
+    if let Some(down) = inner.health.down() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}", down.describe()),
+        );
+    }
+    match tokio::time::timeout(HEALTHZ_LIMIT, inner.db.schema_ready()).await {
+        Ok(Ok(true)) => (StatusCode::OK, "ok".to_owned()),
+        Ok(Ok(false)) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the database answers but the queen schema is not applied".to_owned(),
         ),
-        Err(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: the database does not answer ({error})"),
-        ),
+        Ok(Err(error)) => {
+            if suggests_outage(&error) {
+                inner.health.suspect("/healthz got no answer");
+            }
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the database does not answer ({error})"),
+            )
+        }
+        Err(_) => {
+            inner.health.suspect("/healthz got no answer in time");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "not ready: the database did not answer within {} ms",
+                    HEALTHZ_LIMIT.as_millis()
+                ),
+            )
+        }
     }
 }
 
