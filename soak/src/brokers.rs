@@ -205,6 +205,14 @@ impl Broker {
         )))
     }
 
+    /// The address a broker process serves on; `None` in process.
+    pub fn listen(&self) -> Option<String> {
+        match self {
+            Broker::Process { listen, .. } => Some(listen.clone()),
+            Broker::InProcess { .. } => None,
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         match self {
             Broker::Process { child, .. } => child.id(),

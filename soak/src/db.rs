@@ -279,6 +279,42 @@ impl RunDb {
         .map_err(Error::db("cannot terminate the brokers' backends"))
     }
 
+    /// Crashes the server: a backend SIGKILLs itself through `COPY ... TO PROGRAM` (superuser),
+    /// so the postmaster ends every connection and replays its WAL, as after an immediate
+    /// restart. The call loses its own connection; what it answered, in words.
+    pub async fn crash_server(&self) -> String {
+        let mut connection = match self.pool.acquire().await {
+            Ok(connection) => connection,
+            Err(e) => return format!("no connection to crash it from: {e}"),
+        };
+        match sqlx::raw_sql("COPY (SELECT 1) TO PROGRAM 'kill -9 $PPID'")
+            .execute(&mut *connection)
+            .await
+        {
+            Ok(_) => "the backend survived its own SIGKILL: no crash".to_owned(),
+            Err(e) => {
+                connection.close_on_drop();
+                format!("its backend ended as expected: {e}")
+            }
+        }
+    }
+
+    /// Client connections to this database that began before `at` (epoch seconds) and are open
+    /// now.
+    pub async fn connections_begun_before(&self, at: f64) -> Result<i64, Error> {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND backend_type = 'client backend'
+               AND backend_start < to_timestamp($1)",
+        )
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::db(
+            "cannot count the connections older than the crash",
+        ))
+    }
+
     /// Every promised timer due at or before `at` (epoch seconds) that fired after it: (ms from
     /// `at` to its fire, its lateness in ms).
     pub async fn overdue_at(&self, at: f64) -> Result<Vec<(f64, f64)>, Error> {

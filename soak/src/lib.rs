@@ -28,6 +28,7 @@ pub mod db;
 pub mod error;
 pub mod experiments;
 pub mod faults;
+pub mod healthz;
 pub mod provider;
 pub mod report;
 pub mod rig;

@@ -18,6 +18,7 @@ use crate::bench::cpu;
 use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
 use crate::error::Error;
+use crate::healthz::{HealthPolls, Poll, Poller};
 
 /// What a run puts on the database.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -91,6 +92,13 @@ pub struct Workload {
     /// rows the fire leaves behind while it is held.
     #[serde(default)]
     pub hold_snapshot: bool,
+    /// At this second of the load, crash PostgreSQL: one backend SIGKILLs itself, so the
+    /// postmaster ends every connection and replays its WAL before it accepts any again (what an
+    /// immediate restart does, without needing the server's data directory). The brokers'
+    /// `/healthz` is polled through the run ([`crate::healthz`]), and the drain's recovery is
+    /// measured from the crash.
+    #[serde(default)]
+    pub crash_server_at_s: Option<u64>,
 }
 
 /// The gap between rounds of backend termination.
@@ -132,6 +140,7 @@ impl Workload {
             stream_tenant_offset: 0,
             terminate_at_s: None,
             hold_snapshot: false,
+            crash_server_at_s: None,
         }
     }
 
@@ -353,6 +362,13 @@ pub struct RunResult {
     /// The cores busy from the first fire to the last: the server's and the machine's.
     #[serde(default)]
     pub cpu_while_firing: Option<CpuSplit>,
+    /// The brokers' `/healthz` through the run, when the run crashed the server.
+    #[serde(default)]
+    pub healthz: Option<HealthPolls>,
+    /// In a run that crashed the server: the client connections of the run's database that began
+    /// before the crash and were still there after the drain (0: the crash ended them all).
+    #[serde(default)]
+    pub crash_survivors: Option<i64>,
     pub series: Vec<Sample>,
 }
 
@@ -580,6 +596,7 @@ impl Load {
 struct Faults {
     killed_at_epoch_s: Option<f64>,
     terminated_at_epoch_s: Vec<f64>,
+    crashed_at_epoch_s: Option<f64>,
 }
 
 /// What a run measured from its own side, for [`Run::finish`] to join with the database's.
@@ -595,6 +612,7 @@ struct Measured {
     faults: Faults,
     schedule_failures: u64,
     first_schedule_error: Option<String>,
+    healthz_polls: Option<Vec<Poll>>,
 }
 
 #[derive(Debug)]
@@ -625,6 +643,9 @@ impl Run<'_> {
             false => None,
         };
         let brokers = self.start_brokers(db, w, &config).await?;
+        let poller = w
+            .crash_server_at_s
+            .map(|_| Poller::start(brokers.iter().filter_map(Broker::listen).collect()));
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
@@ -634,6 +655,7 @@ impl Run<'_> {
             release_held(holder).await?;
         }
         self.drain(db, w, &brokers).await?;
+        let healthz_polls = poller.map(Poller::stop);
         let seconds = (clock::monotonic_now() - started).as_secs_f64();
         let (counters, broker_peak_rss_kib) = stop_brokers(&brokers).await;
         db.record_expected(&loaded.promised_txns, &loaded.promised_at_us)
@@ -648,6 +670,7 @@ impl Run<'_> {
             faults,
             schedule_failures: loaded.schedule_failures,
             first_schedule_error: loaded.first_schedule_error,
+            healthz_polls,
         };
         let mut result = self.finish(db, w, measured).await?;
         let (server, machine) = (server_cpu.stop(), machine_cpu.stop());
@@ -697,6 +720,7 @@ impl Run<'_> {
             faults,
             schedule_failures,
             first_schedule_error,
+            healthz_polls,
         } = measured;
         let late = db.lateness(start_epoch_s).await?;
         let overall = lateness_into(&late, &mut series);
@@ -754,14 +778,17 @@ impl Run<'_> {
                 Some(at) => Some(kill_effect(db, at, start_epoch_s).await?),
                 None => None,
             },
-            recovery: if faults.terminated_at_epoch_s.is_empty() {
-                None
-            } else {
-                Recovery::of(
-                    &db.fired_epochs().await?,
-                    &faults.terminated_at_epoch_s,
-                    start_epoch_s,
-                )
+            recovery: match (&faults.terminated_at_epoch_s[..], faults.crashed_at_epoch_s) {
+                ([], None) => None,
+                ([], Some(crash)) => {
+                    Recovery::of(&db.fired_epochs().await?, &[crash], start_epoch_s)
+                }
+                (rounds, _) => Recovery::of(&db.fired_epochs().await?, rounds, start_epoch_s),
+            },
+            healthz: healthz_polls.map(|polls| HealthPolls::of(&polls, faults.crashed_at_epoch_s)),
+            crash_survivors: match faults.crashed_at_epoch_s {
+                Some(at) => Some(db.connections_begun_before(at).await?),
+                None => None,
             },
             cpu_while_firing: None,
             series,
@@ -780,6 +807,7 @@ impl Run<'_> {
     ) -> Result<(Vec<Sample>, Faults), Error> {
         let mut series = Vec::with_capacity(w.seconds as usize);
         let mut faults = Faults::default();
+        let crashes = w.crash_server_at_s.is_some();
         let mut last_lsn = db.wal_lsn().await?;
         let mut last_disk = cpu::disk_bytes_written();
         let mut last = Counters::default();
@@ -813,6 +841,11 @@ impl Run<'_> {
                     );
                 }
             }
+            if w.crash_server_at_s == Some(t) {
+                let outcome = db.crash_server().await;
+                faults.crashed_at_epoch_s = Some(clock::wall_since_epoch().as_secs_f64());
+                eprintln!("soak: t={t}s crashed PostgreSQL ({outcome})");
+            }
             let mut now = Counters::default();
             for broker in brokers.read().await.iter() {
                 now.add(&broker.counters().await);
@@ -820,13 +853,13 @@ impl Run<'_> {
             // A killed broker's counters go with it: a run that kills counts fires in the
             // database, so the total never drops.
             let fired = if w.kill_one_at_s.is_some() {
-                db.fired_count().await?
+                through_outage(crashes, async || db.fired_count().await).await?
             } else {
                 now.fired
             };
-            let lsn = db.wal_lsn().await?;
+            let lsn = through_outage(crashes, async || db.wal_lsn().await).await?;
             let disk = cpu::disk_bytes_written();
-            let sizes = db.sizes().await?;
+            let sizes = through_outage(crashes, async || db.sizes().await).await?;
             let (push_p99, pushes) = {
                 let mut s = shared.lock().expect("not poisoned");
                 let second = std::mem::replace(&mut s.push_second, histogram());
@@ -887,13 +920,17 @@ impl Run<'_> {
             return Ok(());
         }
         let polls = w.drain_limit_s * 10;
+        let crashes = w.crash_server_at_s.is_some();
         for _ in 0..polls {
-            let probe: serde_json::Value = sqlx::query_scalar(
-                "SELECT queen.log_timers_due_v1(ARRAY(SELECT generate_series(0, 63)), now(), 1)",
-            )
-            .fetch_one(&db.pool)
-            .await
-            .map_err(Error::db("cannot probe for due timers"))?;
+            let probe: serde_json::Value = through_outage(crashes, async || {
+                sqlx::query_scalar(
+                    "SELECT queen.log_timers_due_v1(ARRAY(SELECT generate_series(0, 63)), now(), 1)",
+                )
+                .fetch_one(&db.pool)
+                .await
+                .map_err(Error::db("cannot probe for due timers"))
+            })
+            .await?;
             let due = probe["due"].as_i64().unwrap_or(0);
             let next = probe["nextInMs"].as_i64();
             if due == 0 && next.is_none_or(|n| n > 60_000) {
@@ -906,6 +943,27 @@ impl Run<'_> {
             w.label, w.drain_limit_s
         );
         Ok(())
+    }
+}
+
+/// How long the soak's own reads wait for a crashed server to take connections again.
+const OUTAGE_LIMIT: Duration = Duration::from_secs(60);
+
+/// One of the soak's own reads; in a run that crashes the server (`tolerate`), retried every
+/// 200 ms through the recovery, for at most [`OUTAGE_LIMIT`], instead of failing the run.
+async fn through_outage<T>(
+    tolerate: bool,
+    mut read: impl AsyncFnMut() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let deadline = clock::monotonic_now() + OUTAGE_LIMIT;
+    loop {
+        match read().await {
+            Ok(value) => return Ok(value),
+            Err(_) if tolerate && clock::monotonic_now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => return Err(error),
+        }
     }
 }
 
@@ -962,6 +1020,14 @@ async fn kill_effect(db: &RunDb, at: f64, start_epoch_s: f64) -> Result<KillEffe
 }
 
 async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>, Error> {
+    if w.crash_server_at_s.is_some() {
+        // Crash recovery empties unlogged tables: the promises must outlive the crash, or the
+        // delivery checks would compare the fires with nothing.
+        sqlx::raw_sql("ALTER TABLE soak_expected SET LOGGED")
+            .execute(&db.pool)
+            .await
+            .map_err(Error::db("cannot make the soak's promises crash-safe"))?;
+    }
     if let Some(fillfactor) = w.fillfactor {
         for table in ["queen.log_timers", "queen.kv"] {
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
