@@ -5,11 +5,13 @@
 //!                     [--no-apply-schema] [--pool-size N]
 //! queen-sweeper serve --database-url URL --listen ADDR [--identity NAME]
 //!                     [--no-apply-schema] [--pool-size N]
+//!                     [--tokens-file PATH] [--insecure-no-auth]
 //! ```
 //!
 //! `run` is the sweeper alone, with `/metrics` and `/healthz`. `serve` is a whole broker: the same
 //! sweeper plus the HTTP API (`queen_broker::api`) on `--listen`, which serves `/metrics` and
-//! `/healthz` too.
+//! `/healthz` too. With tokens (`--tokens-file`, `QUEEN_API_TOKENS`) every API call needs a bearer
+//! token; without them `serve` listens only on a loopback address, unless `--insecure-no-auth`.
 //!
 //! Knobs come from the environment (`QUEEN_SWEEPER_*`, `QUEEN_KV_*`, and for `serve` the API's
 //! `QUEEN_TIMERS_*` and `QUEEN_API_*`); a bad one stops the start with a message naming it. On

@@ -1,14 +1,18 @@
 //! `run` and `serve`: one broker's life, from its arguments to a clean stop.
 //!
 //! Knobs come from the environment (`QUEEN_SWEEPER_*`, `QUEEN_KV_*`, and for `serve` the API's
-//! `QUEEN_TIMERS_*` and `QUEEN_API_*`); a bad one stops the start with a message naming it.
+//! `QUEEN_TIMERS_*` and `QUEEN_API_*`); a bad one stops the start with a message naming it. So
+//! does a bad API token, and serving without tokens on an address other hosts can reach
+//! ([`api::auth`]).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use queen_sweeper::{Admission, Config, LaneSizes, Metrics, PgStore, Sweeper};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::auth::{Auth, AuthSettings, Listening, listen_rule};
 use crate::api::config::ApiConfig;
 use crate::api::{self, ApiState};
 use crate::queries::PgApi;
@@ -48,6 +52,9 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// The API's tokens are wrong, or it would serve without them where it must not.
+    #[error("refusing to serve the API:\n{0}")]
+    Auth(String),
     /// The sweeper's task ended without being told to (a panic inside it).
     #[error("the sweeper stopped unexpectedly: {0}")]
     SweeperStopped(#[source] tokio::task::JoinError),
@@ -83,9 +90,18 @@ pub struct RunArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     broker: BrokerArgs,
-    /// Where to serve the HTTP API, /metrics and /healthz, e.g. 127.0.0.1:8080.
+    /// Where to serve the HTTP API, /metrics and /healthz, e.g. 127.0.0.1:8080. Without tokens,
+    /// only a loopback address unless --insecure-no-auth.
     #[arg(long)]
     listen: SocketAddr,
+    /// A file of API bearer tokens, one "<tenant> <token>" a line ("*" for the operator); or
+    /// QUEEN_API_TOKENS_FILE.
+    #[arg(long)]
+    tokens_file: Option<PathBuf>,
+    /// Serve the API without tokens on an address that is not loopback; or
+    /// QUEEN_API_ALLOW_NO_AUTH=1.
+    #[arg(long)]
+    insecure_no_auth: bool,
 }
 
 /// A connected broker with its schema in place.
@@ -167,6 +183,8 @@ pub async fn run(args: RunArgs) -> Result<(), BrokerError> {
 pub async fn serve(args: ServeArgs) -> Result<(), BrokerError> {
     let config = Config::from_env().map_err(BrokerError::Config)?;
     let limits = ApiConfig::from_env(&config).map_err(BrokerError::Config)?;
+    // Tokens before the port: an address we must not serve open is never bound.
+    let auth = authentication(&args, &limits)?;
     // Listen before touching the database: a taken port is the cheapest mistake to report.
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -205,9 +223,40 @@ pub async fn serve(args: ServeArgs) -> Result<(), BrokerError> {
         admission: Admission::new(LaneSizes::default()),
         sweeper_metrics: metrics,
         limits,
+        auth,
     });
     tracing::info!(identity = %broker.identity, listen = %args.listen, url = %broker.shown_url, "queen-sweeper serving");
     serve_until_signal(listener, state, sweeper).await
+}
+
+/// Reads and checks the API's tokens, and whether `--listen` may be served with what was given;
+/// says which it is, never a token.
+fn authentication(args: &ServeArgs, limits: &ApiConfig) -> Result<Auth, BrokerError> {
+    let settings = AuthSettings::from_vars(
+        std::env::vars(),
+        args.tokens_file.clone(),
+        args.insecure_no_auth,
+    )
+    .map_err(BrokerError::Auth)?;
+    let auth = Auth::load(&settings, limits).map_err(BrokerError::Auth)?;
+    let listening = listen_rule(args.listen, auth.tokens.is_some(), auth.allow_no_auth)
+        .map_err(BrokerError::Auth)?;
+    match listening {
+        Listening::WithTokens => tracing::info!(
+            tokens = %auth.tokens.as_ref().map_or_else(String::new, |tokens| tokens.describe()),
+            monitoring_needs_a_token = auth.monitoring_closed,
+            "API bearer tokens required"
+        ),
+        Listening::OpenByChoice => tracing::warn!(
+            listen = %args.listen,
+            "the API is served WITHOUT tokens on an address other hosts may reach (--insecure-no-auth): anyone who reaches it may act as any tenant"
+        ),
+        Listening::OpenOnLoopback => tracing::info!(
+            listen = %args.listen,
+            "the API is served without tokens, on loopback only"
+        ),
+    }
+    Ok(auth)
 }
 
 /// Runs the sweeper and the API until a signal; then the API drains first (a schedule answered

@@ -22,6 +22,22 @@ const OWNED_PREFIXES: &[&str] = &["QUEEN_TIMERS_", "QUEEN_API_"];
 /// and a 20-digit delay; 4 KiB covers that with room to spare.
 pub const ENVELOPE_BYTES: u64 = 4096;
 
+/// The API's variables that are not numeric limits: who may call it. [`super::auth`] reads and
+/// checks them; they are named here because this module owns the `QUEEN_API_` prefix and refuses
+/// a variable under it that it does not know.
+pub mod auth_var {
+    /// A file of `<tenant> <token>` lines. Default: none.
+    pub const TOKENS_FILE: &str = "QUEEN_API_TOKENS_FILE";
+    /// `<tenant>:<token>,<tenant>:<token>`. Default: none.
+    pub const TOKENS: &str = "QUEEN_API_TOKENS";
+    /// `1`: `/metrics` and `/healthz` want a valid token too. Default `0`: open to monitoring.
+    pub const AUTH_MONITORING: &str = "QUEEN_API_AUTH_MONITORING";
+    /// `1`: serve without tokens on an address that is not loopback. Default `0`: refuse to.
+    pub const ALLOW_NO_AUTH: &str = "QUEEN_API_ALLOW_NO_AUTH";
+
+    pub const ALL: &[&str] = &[TOKENS_FILE, TOKENS, AUTH_MONITORING, ALLOW_NO_AUTH];
+}
+
 /// The knobs of the API. Durations are milliseconds or seconds as named, sizes bytes.
 pub mod knob {
     use queen_sweeper::Knob;
@@ -166,8 +182,13 @@ impl ApiConfig {
             .collect();
         let mut problems = Vec::new();
         for name in vars.keys() {
-            if !knob::ALL.iter().any(|knob| knob.var == name) {
-                let known: Vec<&str> = knob::ALL.iter().map(|knob| knob.var).collect();
+            let known_knob = knob::ALL.iter().any(|knob| knob.var == name);
+            if !known_knob && !auth_var::ALL.contains(&name.as_str()) {
+                let known: Vec<&str> = knob::ALL
+                    .iter()
+                    .map(|knob| knob.var)
+                    .chain(auth_var::ALL.iter().copied())
+                    .collect();
                 problems.push(format!(
                     "{name} is not an API setting (known: {})",
                     known.join(", ")
@@ -336,6 +357,21 @@ mod tests {
             e.contains("QUEEN_TIMERS_MAX_PAYLOAD is not an API setting"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_authentication_variables_are_known_and_left_to_auth() {
+        let l = limits(&[
+            ("QUEEN_API_TOKENS_FILE", "/etc/queen/tokens"),
+            ("QUEEN_API_TOKENS", "acme:not-a-limit"),
+            ("QUEEN_API_AUTH_MONITORING", "1"),
+            ("QUEEN_API_ALLOW_NO_AUTH", "0"),
+        ])
+        .expect("known variables");
+        assert_eq!(l, ApiConfig::default());
+        let e = limits(&[("QUEEN_API_TOKEN", "acme:x")]).unwrap_err();
+        assert!(e.contains("QUEEN_API_TOKEN is not an API setting"), "{e}");
+        assert!(e.contains("QUEEN_API_TOKENS_FILE"), "{e}");
     }
 
     #[test]

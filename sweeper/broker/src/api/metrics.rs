@@ -3,7 +3,7 @@
 //! | series | what |
 //! |---|---|
 //! | `queen_api_requests_total{method,route,status}` | answered requests, by route template (never by raw path, so a key cannot become a label) |
-//! | `queen_api_refused_total{reason}` | requests refused before a handler ran: `busy` (no in-flight slot), `timeout` (past the deadline), `database_down` (the database is known to be down, [`super::health`]) |
+//! | `queen_api_refused_total{reason}` | requests refused before a handler ran: `busy` (no in-flight slot), `timeout` (past the deadline), `database_down` (the database is known to be down, [`super::health`]), `unauthenticated` (401: no valid token), `forbidden` (403: another tenant, or the switches without the operator's token) |
 //! | `queen_api_in_flight` | requests holding a slot now |
 //! | `queen_api_database_up` | 0 from a failed health probe until one succeeds, 1 otherwise |
 //! | `queen_api_wakes_total{moved}` | wakes rung after a committed schedule, and whether each moved the sweeper's next look earlier |

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | this one | the route table ([`ROUTES`], also checked against `sweeper/openapi.json`) and the router |
 //! | [`server`] | serving, and the graceful shutdown: stop accepting, finish what is in flight |
+//! | [`auth`] | bearer tokens granted to tenants, checked before anything else of a request; whether the API may listen open |
 //! | [`guard`] | the body read (bounded in bytes and time), then the in-flight limit and the request deadline, in front of every `/api/v1` route |
 //! | [`timers`] | schedule / reschedule / cancel through the seam; peek and list |
 //! | [`ops`] | the wire form of a timer batch and every check on it (pure) |
@@ -15,12 +16,15 @@
 //! | [`input`] | tenant header, names, JSON body and query parsing (pure) |
 //! | [`views`] | how rows look in answers (pure) |
 //! | [`errors`] | refusals → status, code, `Retry-After` |
-//! | [`limits`] | every limit, its default and its validation |
+//! | [`config`] | every limit, its default and its validation |
 //! | [`metrics`] | the API's series |
 //!
 //! The database is reached only through [`crate::queries`], on a pool of the API's own.
-//! The tenant of a request is the `x-queen-tenant` header, `default` without it.
+//! The tenant of a request is the `x-queen-tenant` header, `default` without it. With tokens
+//! ([`auth`]) a tenant's token may name only its own tenant, and a request without the header
+//! acts as the token's tenant.
 
+pub mod auth;
 pub mod config;
 pub mod errors;
 pub mod guard;
@@ -44,6 +48,7 @@ use axum::response::IntoResponse;
 use axum::routing::{MethodFilter, on};
 use tokio::sync::Semaphore;
 
+use self::auth::Auth;
 use self::config::ApiConfig;
 use self::errors::ApiError;
 use self::health::DbHealth;
@@ -119,6 +124,7 @@ struct Inner {
     metrics: ApiMetrics,
     health: DbHealth,
     limits: ApiConfig,
+    auth: Auth,
     in_flight: Arc<Semaphore>,
 }
 
@@ -136,6 +142,8 @@ pub struct Parts {
     pub admission: Admission,
     pub sweeper_metrics: Metrics,
     pub limits: ApiConfig,
+    /// Who may call ([`auth`]).
+    pub auth: Auth,
 }
 
 impl ApiState {
@@ -153,6 +161,7 @@ impl ApiState {
                 metrics,
                 health,
                 limits: parts.limits,
+                auth: parts.auth,
                 in_flight: Arc::new(Semaphore::new(slots)),
             }),
         }
@@ -166,7 +175,8 @@ impl ApiState {
 /// The whole server: the routes of [`ROUTES`], their guards, the body limit, the fallbacks.
 pub fn router(state: ApiState) -> Router {
     let body_limit = usize::try_from(state.inner.limits.max_body_bytes).unwrap_or(usize::MAX);
-    // The last layer added runs first: the body is read before the slot is taken.
+    // The last layer added runs first: the token is checked before the body is read, and the
+    // body is read before the slot is taken.
     let guarded = guarded_routes()
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -175,9 +185,17 @@ pub fn router(state: ApiState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::read_body,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
         ));
+    let open = open_routes().route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::authenticate_monitoring,
+    ));
     guarded
-        .merge(open_routes())
+        .merge(open)
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::count,
@@ -252,6 +270,18 @@ mod tests {
             );
         }
         assert_eq!(ROUTES.len(), 12);
+    }
+
+    #[test]
+    fn every_operator_route_is_a_guarded_route_of_the_table() {
+        for path in auth::OPERATOR_ROUTES {
+            let methods: Vec<&str> = ROUTES
+                .iter()
+                .filter(|route| route.path == *path && route.guarded)
+                .map(|route| route.method)
+                .collect();
+            assert_eq!(methods, ["GET", "POST"], "{path}");
+        }
     }
 
     #[test]

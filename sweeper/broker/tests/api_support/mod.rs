@@ -48,6 +48,8 @@ pub struct Start<'a> {
     pub args: &'a [&'a str],
     /// Wait for /healthz to say ready (otherwise only for it to answer at all).
     pub ready: bool,
+    /// The bearer token the wait for /healthz sends (when monitoring needs one).
+    pub health_token: Option<&'a str>,
 }
 
 impl<'a> Start<'a> {
@@ -58,6 +60,7 @@ impl<'a> Start<'a> {
             env: &[],
             args: &[],
             ready: true,
+            health_token: None,
         }
     }
 
@@ -68,6 +71,11 @@ impl<'a> Start<'a> {
 
     pub fn args(mut self, args: &'a [&'a str]) -> Start<'a> {
         self.args = args;
+        self
+    }
+
+    pub fn health_token(mut self, token: &'a str) -> Start<'a> {
+        self.health_token = Some(token);
         self
     }
 
@@ -129,11 +137,13 @@ impl Server {
             stderr,
             stderr_reader: Some(stderr_reader),
         };
-        server.wait_until_answering(start.ready).await;
+        server
+            .wait_until_answering(start.ready, start.health_token)
+            .await;
         server
     }
 
-    async fn wait_until_answering(&mut self, ready: bool) {
+    async fn wait_until_answering(&mut self, ready: bool, token: Option<&str>) {
         let polls = START_LIMIT.as_millis() / 50;
         for _ in 0..polls {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -142,7 +152,11 @@ impl Server {
                     self.stderr()
                 );
             }
-            if let Ok(response) = self.client.get(self.url("/healthz")).send().await
+            let mut health = self.client.get(self.url("/healthz"));
+            if let Some(token) = token {
+                health = health.bearer_auth(token);
+            }
+            if let Ok(response) = health.send().await
                 && (!ready || response.status() == 200)
             {
                 return;
@@ -217,6 +231,11 @@ impl Server {
         .await
     }
 
+    /// Sends a request built on the server's client (with headers of the caller's choosing).
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
+        Answer::of(request.send().await).await
+    }
+
     pub async fn schedule(&self, body: &Value) -> Answer {
         self.post("/api/v1/timers", body).await
     }
@@ -240,6 +259,7 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
 pub struct Answer {
     pub status: u16,
     pub retry_after: Option<String>,
+    pub www_authenticate: Option<String>,
     pub text: String,
 }
 
@@ -247,14 +267,19 @@ impl Answer {
     async fn of(response: reqwest::Result<reqwest::Response>) -> Answer {
         let response = response.expect("the server answers");
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_owned());
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        let retry_after = header("retry-after");
+        let www_authenticate = header("www-authenticate");
         let text = response.text().await.expect("a readable body");
         Answer {
             status,
             retry_after,
+            www_authenticate,
             text,
         }
     }
