@@ -8,11 +8,12 @@
 //! | `terminate` | every broker backend terminated, 4 rounds 250 ms apart, mid-drain | ms until the drain is back at 80% of its rate |
 //! | `kill` | one of three broker processes SIGKILLed mid-stream | the lateness of the timers due before the kill |
 //! | `crash` | PostgreSQL crashed (a backend SIGKILLed: every connection ends, the WAL is replayed) mid-stream | every broker's `/healthz` answers within 1 s throughout; when it says ready again; the drain's recovery |
+//! | `api-quiet` | none: 500 timers/s scheduled through 3 broker processes | the schedule latency the next case is compared with |
+//! | `slow-clients` | the same, with 64 slow-body clients held against every broker | other clients' schedule p99 within 2× of `api-quiet`'s |
 //! | `steady` | none: 500 timers/s, 3 brokers, for minutes | the lateness the next case is compared with |
 //! | `snapshot` | the same, with a snapshot held open by an idle transaction | lateness p99 within 2× of `steady`'s, none over 2 s; dead rows over time |
 //!
-//! Still to come (issue 18): slow clients and the bad-input table (the API's tests cover those on
-//! a test database). The `crash` case stands in for `pg_ctl restart -m immediate`: the same
+//! Still to come (issue 18): the bad-input table (the API's tests cover it on a test database). The `crash` case stands in for `pg_ctl restart -m immediate`: the same
 //! crash recovery, without the postmaster's own restart (which needs the data directory, which
 //! the docker and URL providers do not give).
 
@@ -27,6 +28,12 @@ use crate::run::{RECOVERED_SHARE, Run, RunResult, Workload};
 pub const RECOVERY_TARGET_MS: f64 = 2_000.0;
 /// With a snapshot held, lateness p99 may be at most this many times the unpinned run's.
 pub const PINNED_P99_FACTOR: f64 = 2.0;
+/// With slow clients attached, other clients' schedule p99 may be at most this many times the
+/// quiet run's.
+pub const SLOW_CLIENTS_P99_FACTOR: f64 = 2.0;
+/// Slow-body clients held against each broker in the `slow-clients` case: the API's default
+/// in-flight limit, the number that once took every slot.
+pub const SLOW_CLIENTS_PER_BROKER: u32 = 64;
 /// With a snapshot held, no timer may be later than this.
 pub const PINNED_MAX_MS: f64 = 2_000.0;
 
@@ -100,6 +107,17 @@ pub fn cases(size: Size) -> Vec<Case> {
     crash.crash_server_at_s = Some(1);
     crash.drain_limit_s = 120;
 
+    // Twice the short runs: the slow clients outlast one body read timeout (10 s) and reconnect.
+    let mut api_quiet = Workload::quiet("faults api-quiet", size.seconds * 2);
+    api_quiet.brokers = 3;
+    api_quiet.broker_processes = true;
+    api_quiet.timers_per_s = 500;
+    api_quiet.timer_delay_ms = (0, 2_000);
+    api_quiet.drain_limit_s = 120;
+    let mut slow_clients = api_quiet.clone();
+    slow_clients.label = "faults slow-clients".into();
+    slow_clients.slow_clients_per_broker = SLOW_CLIENTS_PER_BROKER;
+
     let mut steady = Workload::quiet("faults steady", size.long_seconds);
     steady.brokers = 3;
     steady.timers_per_s = 500;
@@ -123,6 +141,16 @@ pub fn cases(size: Size) -> Vec<Case> {
             name: "crash",
             fault: "PostgreSQL crashed 1 s into a drain of the backlog by 3 broker processes: one backend SIGKILLed, so every connection ends and the WAL written since the last checkpoint (the backlog's) is replayed",
             workload: crash,
+        },
+        Case {
+            name: "api-quiet",
+            fault: "none: the reference for the slow-clients case",
+            workload: api_quiet,
+        },
+        Case {
+            name: "slow-clients",
+            fault: "64 clients on every broker that send a schedule's headers and a few bytes of its body, then a byte a second, and connect again when closed",
+            workload: slow_clients,
         },
         Case {
             name: "steady",
@@ -248,32 +276,75 @@ pub fn targets(result: &RunResult) -> Vec<String> {
     broken
 }
 
-/// The snapshot runs against the steady ones: p99 within [`PINNED_P99_FACTOR`] of the steady
-/// runs' median p99, and no timer over [`PINNED_MAX_MS`]. Needs both cases in one invocation.
-fn pinned_targets(runs: &mut [CaseRun]) {
-    let mut steady: Vec<f64> = runs
+/// The median over the runs of `case` of `metric`; `None` without such a run.
+fn median_of(runs: &[CaseRun], case: &str, metric: fn(&RunResult) -> f64) -> Option<f64> {
+    let mut values: Vec<f64> = runs
         .iter()
-        .filter(|r| r.case == "steady")
-        .map(|r| r.result.lateness_ms.p99)
+        .filter(|r| r.case == case)
+        .map(|r| metric(&r.result))
         .collect();
-    steady.sort_by(f64::total_cmp);
-    let reference = steady.get(steady.len().saturating_sub(1) / 2).copied();
-    for run in runs.iter_mut().filter(|r| r.case == "snapshot") {
-        let late = run.result.lateness_ms;
-        match reference {
-            None => run
-                .missed
-                .push("no steady run to compare with (run --only steady --only snapshot)".into()),
-            Some(p99) if late.p99 > PINNED_P99_FACTOR * p99 => run.missed.push(format!(
-                "lateness p99 {:.0} ms is over {PINNED_P99_FACTOR}× the unpinned {p99:.0} ms",
-                late.p99
+    values.sort_by(f64::total_cmp);
+    values.get(values.len().saturating_sub(1) / 2).copied()
+}
+
+/// A case against its reference: `metric` of every run of `case` within `factor` times the
+/// median of the `reference` runs. Needs both cases in one invocation.
+fn paired_target(
+    runs: &mut [CaseRun],
+    (case, reference): (&str, &str),
+    (metric, what): (fn(&RunResult) -> f64, &str),
+    factor: f64,
+) {
+    let base = median_of(runs, reference, metric);
+    for run in runs.iter_mut().filter(|r| r.case == case) {
+        let value = metric(&run.result);
+        match base {
+            None => run.missed.push(format!(
+                "no {reference} run to compare with (run --only {reference} --only {case})"
+            )),
+            Some(base) if value > factor * base => run.missed.push(format!(
+                "{what} {value:.1} ms is over {factor}× the {reference} run's {base:.1} ms"
             )),
             Some(_) => {}
         }
+    }
+}
+
+/// The targets that compare two cases: the snapshot's lateness with the steady run's (and no
+/// timer over [`PINNED_MAX_MS`]), the slow clients' schedule latency with the quiet API's.
+fn paired_targets(runs: &mut [CaseRun]) {
+    paired_target(
+        runs,
+        ("snapshot", "steady"),
+        (|r| r.lateness_ms.p99, "lateness p99"),
+        PINNED_P99_FACTOR,
+    );
+    for run in runs.iter_mut().filter(|r| r.case == "snapshot") {
+        let late = run.result.lateness_ms;
         if late.max > PINNED_MAX_MS {
             run.missed.push(format!(
                 "a timer fired {:.0} ms late, over {PINNED_MAX_MS:.0} ms",
                 late.max
+            ));
+        }
+    }
+    paired_target(
+        runs,
+        ("slow-clients", "api-quiet"),
+        (|r| r.schedule_latency_ms.p99, "schedule p99"),
+        SLOW_CLIENTS_P99_FACTOR,
+    );
+    // The latency counts answered calls only: a broker that refused everyone else would look fast.
+    for run in runs.iter_mut().filter(|r| r.case == "slow-clients") {
+        let result = &run.result;
+        if result.schedule_failures > 0 {
+            run.missed.push(format!(
+                "{} schedule calls of other clients failed (the first: {})",
+                result.schedule_failures,
+                result
+                    .first_schedule_error
+                    .as_deref()
+                    .unwrap_or("no message")
             ));
         }
     }
@@ -326,7 +397,7 @@ pub async fn run(
             });
         }
     }
-    pinned_targets(&mut runs);
+    paired_targets(&mut runs);
     Ok(Faults {
         date: date.to_owned(),
         rig: rig.to_owned(),
@@ -424,6 +495,27 @@ fn own_measurement(result: &RunResult) -> String {
                 .map_or("never".to_owned(), |ms| format!("{ms:.0} ms"))
         )
     });
+    let schedule = result.schedule_latency_ms;
+    let schedule = format!(
+        "schedule p50 {:.1} / p99 {:.1} / max {:.1} ms over {} calls",
+        schedule.p50, schedule.p99, schedule.max, schedule.count
+    );
+    if let Some(slow) = &result.slow_clients {
+        let answers: Vec<String> = slow
+            .answers
+            .iter()
+            .map(|(status, n)| format!("{n}× {status}"))
+            .collect();
+        return format!(
+            "{schedule}; {} slow clients, {} connections, answered {}",
+            slow.clients,
+            slow.connections,
+            answers.join(", ")
+        );
+    }
+    if result.workload.label == "faults api-quiet" {
+        return schedule;
+    }
     if let Some(r) = &result.recovery {
         return healthz
             + &format!(

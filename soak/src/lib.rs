@@ -29,6 +29,7 @@ pub mod error;
 pub mod experiments;
 pub mod faults;
 pub mod healthz;
+pub mod hostile;
 pub mod provider;
 pub mod report;
 pub mod rig;

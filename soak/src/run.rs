@@ -19,6 +19,7 @@ use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
 use crate::error::Error;
 use crate::healthz::{HealthPolls, Poll, Poller};
+use crate::hostile::{SlowClients, SlowClientsDone};
 
 /// What a run puts on the database.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -99,6 +100,11 @@ pub struct Workload {
     /// measured from the crash.
     #[serde(default)]
     pub crash_server_at_s: Option<u64>,
+    /// Hostile clients held against every broker process for the whole load: each sends a
+    /// schedule's headers and a few bytes of its body, then one byte a second, and connects again
+    /// when the broker closes it ([`crate::hostile`]).
+    #[serde(default)]
+    pub slow_clients_per_broker: u32,
 }
 
 /// The gap between rounds of backend termination.
@@ -141,6 +147,7 @@ impl Workload {
             terminate_at_s: None,
             hold_snapshot: false,
             crash_server_at_s: None,
+            slow_clients_per_broker: 0,
         }
     }
 
@@ -325,6 +332,10 @@ pub struct RunResult {
     #[serde(default)]
     pub stream_lateness_ms: Option<Spread>,
     pub push_latency_ms: Spread,
+    /// Schedule calls answered with their results, send to answer (through a broker's HTTP API,
+    /// or by SQL).
+    #[serde(default)]
+    pub schedule_latency_ms: Spread,
     pub wal_bytes_per_s: f64,
     /// Calls per second per broker, by kind.
     pub queries_per_s_per_broker: BTreeMap<String, f64>,
@@ -369,6 +380,9 @@ pub struct RunResult {
     /// before the crash and were still there after the drain (0: the crash ended them all).
     #[serde(default)]
     pub crash_survivors: Option<i64>,
+    /// What the hostile slow clients did, when the run had them.
+    #[serde(default)]
+    pub slow_clients: Option<SlowClientsDone>,
     pub series: Vec<Sample>,
 }
 
@@ -492,6 +506,8 @@ struct Shared {
     first_broker_killed: bool,
     /// Every push of the run.
     push_latency_us: Histogram<u64>,
+    /// Every schedule call that was answered with its results (SQL or HTTP), whole.
+    schedule_latency_us: Histogram<u64>,
     /// The pushes since the sampler last looked.
     push_second: Histogram<u64>,
     pushes_total: u64,
@@ -507,6 +523,7 @@ impl Shared {
             first_schedule_error: None,
             first_broker_killed: false,
             push_latency_us: histogram(),
+            schedule_latency_us: histogram(),
             push_second: histogram(),
             pushes_total: 0,
             stop: false,
@@ -532,6 +549,7 @@ struct Loaded {
     promised_txns: Vec<String>,
     promised_at_us: Vec<i64>,
     push_latency_us: Histogram<u64>,
+    schedule_latency_us: Histogram<u64>,
     schedule_failures: u64,
     first_schedule_error: Option<String>,
 }
@@ -585,6 +603,7 @@ impl Load {
             promised_txns: std::mem::take(&mut s.promised_txns),
             promised_at_us: std::mem::take(&mut s.promised_at_us),
             push_latency_us: std::mem::replace(&mut s.push_latency_us, histogram()),
+            schedule_latency_us: std::mem::replace(&mut s.schedule_latency_us, histogram()),
             schedule_failures: s.schedule_failures,
             first_schedule_error: s.first_schedule_error.take(),
         })
@@ -607,6 +626,7 @@ struct Measured {
     start_epoch_s: f64,
     counters: Counters,
     push_latency_us: Histogram<u64>,
+    schedule_latency_us: Histogram<u64>,
     broker_peak_rss_kib: Option<u64>,
     /// What the sampler did to the brokers, and when.
     faults: Faults,
@@ -646,11 +666,16 @@ impl Run<'_> {
         let poller = w
             .crash_server_at_s
             .map(|_| Poller::start(brokers.iter().filter_map(Broker::listen).collect()));
+        let slow = (w.slow_clients_per_broker > 0).then(|| {
+            let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
+            SlowClients::start(&addresses, w.slow_clients_per_broker)
+        });
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
         let (series, faults) = self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
+        let slow_clients = slow.map(SlowClients::stop);
         for holder in held.into_iter().chain(snapshot) {
             release_held(holder).await?;
         }
@@ -666,6 +691,7 @@ impl Run<'_> {
             start_epoch_s,
             counters,
             push_latency_us: loaded.push_latency_us,
+            schedule_latency_us: loaded.schedule_latency_us,
             broker_peak_rss_kib,
             faults,
             schedule_failures: loaded.schedule_failures,
@@ -673,6 +699,7 @@ impl Run<'_> {
             healthz_polls,
         };
         let mut result = self.finish(db, w, measured).await?;
+        result.slow_clients = slow_clients;
         let (server, machine) = (server_cpu.stop(), machine_cpu.stop());
         result.cpu_while_firing = result
             .fire_window_epoch_s
@@ -716,6 +743,7 @@ impl Run<'_> {
             start_epoch_s,
             counters,
             push_latency_us,
+            schedule_latency_us,
             broker_peak_rss_kib,
             faults,
             schedule_failures,
@@ -757,6 +785,7 @@ impl Run<'_> {
             lateness_ms: Spread::of(&overall, 1000.0),
             stream_lateness_ms,
             push_latency_ms: Spread::of(&push_latency_us, 1000.0),
+            schedule_latency_ms: Spread::of(&schedule_latency_us, 1000.0),
             wal_bytes_per_s: wal.round(),
             queries_per_s_per_broker,
             sizes_end: db.sizes().await?,
@@ -786,6 +815,7 @@ impl Run<'_> {
                 (rounds, _) => Recovery::of(&db.fired_epochs().await?, rounds, start_epoch_s),
             },
             healthz: healthz_polls.map(|polls| HealthPolls::of(&polls, faults.crashed_at_epoch_s)),
+            slow_clients: None,
             crash_survivors: match faults.crashed_at_epoch_s {
                 Some(at) => Some(db.connections_begun_before(at).await?),
                 None => None,
@@ -1231,6 +1261,7 @@ impl ScheduleCall {
         if let Some(at) = self.aim {
             aim_at(&mut self.ops, at);
         }
+        let sent = clock::monotonic_now();
         let answer = match sql {
             Some(store) => schedule_by_sql(store, &self.tenant, &self.ops).await,
             None => {
@@ -1238,9 +1269,11 @@ impl ScheduleCall {
                 schedule_by_broker(brokers, killed, self.tick, &self.tenant, &self.ops).await
             }
         };
+        let took_us = sent.elapsed().as_micros() as u64;
         let mut s = shared.lock().expect("not poisoned");
         match answer {
             Ok(promised) => {
+                s.schedule_latency_us.saturating_record(took_us.max(1));
                 for (txn, at) in self.txns.into_iter().zip(promised) {
                     if let Some(at) = at {
                         s.promised_txns.push(txn);
