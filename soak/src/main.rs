@@ -86,7 +86,8 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         only: Vec<queen_soak::bench::Part>,
     },
-    /// The broker under faults (backend termination, a SIGKILLed broker), each run ending with
+    /// The broker under faults (backend termination, a SIGKILLed broker, a server crash, slow
+    /// clients, a held snapshot), each run ending with
     /// the delivery checks; writes reports/faults/<date>-<rig>/ (`--out DIR` for another).
     /// Exits 1 when a delivery check fails, or a target is missed (without --small).
     Faults {
