@@ -10,12 +10,13 @@
 //! | `crash` | PostgreSQL crashed (a backend SIGKILLed: every connection ends, the WAL is replayed) mid-stream | every broker's `/healthz` answers within 1 s throughout; when it says ready again; the drain's recovery |
 //! | `api-quiet` | none: 500 timers/s scheduled through 3 broker processes | the schedule latency the next case is compared with |
 //! | `slow-clients` | the same, with 64 slow-body clients held against every broker | other clients' schedule p99 within 2× of `api-quiet`'s |
+//! | `bad-input` | the API's bad-input table (36 hostile requests), round after round, beside 200 timers/s through 3 broker processes | every answer the documented 4xx, none a 5xx |
 //! | `steady` | none: 500 timers/s, 3 brokers, for minutes | the lateness the next case is compared with |
 //! | `snapshot` | the same, with a snapshot held open by an idle transaction | lateness p99 within 2× of `steady`'s, none over 2 s; dead rows over time |
 //!
-//! Still to come (issue 18): the bad-input table (the API's tests cover it on a test database). The `crash` case stands in for `pg_ctl restart -m immediate`: the same
-//! crash recovery, without the postmaster's own restart (which needs the data directory, which
-//! the docker and URL providers do not give).
+//! The `crash` case stands in for `pg_ctl restart -m immediate`: the same crash recovery, without
+//! the postmaster's own restart (which needs the data directory, which the docker and URL
+//! providers do not give).
 
 use serde::{Deserialize, Serialize};
 
@@ -118,6 +119,15 @@ pub fn cases(size: Size) -> Vec<Case> {
     slow_clients.label = "faults slow-clients".into();
     slow_clients.slow_clients_per_broker = SLOW_CLIENTS_PER_BROKER;
 
+    let mut bad_input = Workload::quiet("faults bad-input", size.seconds);
+    bad_input.brokers = 3;
+    bad_input.broker_processes = true;
+    bad_input.timers_per_s = 200;
+    bad_input.timer_delay_ms = (0, 2_000);
+    bad_input.drain_limit_s = 120;
+    // Bounded by the load's end; this only caps a run whose stop never comes.
+    bad_input.bad_input_rounds = 1_000;
+
     let mut steady = Workload::quiet("faults steady", size.long_seconds);
     steady.brokers = 3;
     steady.timers_per_s = 500;
@@ -151,6 +161,11 @@ pub fn cases(size: Size) -> Vec<Case> {
             name: "slow-clients",
             fault: "64 clients on every broker that send a schedule's headers and a few bytes of its body, then a byte a second, and connect again when closed",
             workload: slow_clients,
+        },
+        Case {
+            name: "bad-input",
+            fault: "the API's bad-input table (bad percent-encoding, NULs, bad tenants, media types, over-long targets and headers, a 5 GiB declared body, ...) sent round after round, each row to the next broker",
+            workload: bad_input,
         },
         Case {
             name: "steady",
@@ -251,6 +266,21 @@ pub fn targets(result: &RunResult) -> Vec<String> {
                     r.slowest_after_per_s
                 )),
             },
+        }
+    }
+    if let Some(bad) = &result.bad_input {
+        if bad.requests == 0 {
+            broken.push("no bad-input request was sent".into());
+        }
+        if bad.server_errors > 0 || bad.unanswered > 0 || bad.as_documented < bad.requests {
+            broken.push(format!(
+                "of {} bad-input requests, {} answered 5xx, {} unanswered, {} off their documented refusal; the first: {}",
+                bad.requests,
+                bad.server_errors,
+                bad.unanswered,
+                bad.requests - bad.as_documented,
+                bad.wrong.join("; ")
+            ));
         }
     }
     if result.workload.crash_server_at_s.is_some() {
@@ -409,8 +439,8 @@ pub async fn run(
 /// The report: a table per case, a row per repetition.
 pub fn markdown(faults: &Faults, size: Size) -> String {
     let mut out = format!(
-        "# The broker under faults\n\nRun {} on {}, soak built at {}. {} s of load per run ({} s for steady and snapshot), {} repetition(s) per case; every run then waits until nothing due is left.\n\n",
-        faults.date, faults.rig, faults.commit, size.seconds, size.long_seconds, size.reps
+        "# The broker under faults\n\nRun {} on {}, soak built at {}. {} repetition(s) per case, each with the seconds of load its section names; every run then waits until nothing due is left.\n\n",
+        faults.date, faults.rig, faults.commit, size.reps
     );
     for case in cases(size) {
         let runs: Vec<&CaseRun> = faults.runs.iter().filter(|r| r.case == case.name).collect();
@@ -418,10 +448,11 @@ pub fn markdown(faults: &Faults, size: Size) -> String {
             continue;
         }
         out += &format!(
-            "## `{}`\n\n{}. Load: {}.\n\n",
+            "## `{}`\n\n{}. Load: {}, {} s.\n\n",
             case.name,
             case.fault,
-            case.workload.describe()
+            case.workload.describe(),
+            case.workload.seconds
         );
         out += "| rep | promised timers fired (database) | twice | early | never | its own measurement | verdict |\n|---|---|---|---|---|---|---|\n";
         for r in runs {
@@ -511,6 +542,17 @@ fn own_measurement(result: &RunResult) -> String {
             slow.clients,
             slow.connections,
             answers.join(", ")
+        );
+    }
+    if let Some(bad) = &result.bad_input {
+        return format!(
+            "{} bad-input requests ({} rounds of {} rows): {} as documented, {} 5xx, {} unanswered; {schedule}",
+            bad.requests,
+            bad.rounds,
+            bad.rows,
+            bad.as_documented,
+            bad.server_errors,
+            bad.unanswered
         );
     }
     if result.workload.label == "faults api-quiet" {

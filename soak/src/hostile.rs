@@ -1,14 +1,20 @@
-//! Hostile clients the soak holds against broker processes while it measures everyone else:
-//! slow bodies, the attack that once took every in-flight slot of a broker for 15 s (issue 18).
+//! Hostile clients the soak holds against broker processes while it measures everyone else.
 //!
-//! Each client sends a schedule's headers, declaring a body of [`DECLARED_BODY_BYTES`], and the
+//! [`SlowClients`]: slow bodies, the attack that once took every in-flight slot of a broker for
+//! 15 s (issue 18). Each client sends a schedule's headers, declaring a body of [`DECLARED_BODY_BYTES`], and the
 //! body's first bytes; then one more byte every [`TRICKLE_EVERY`], never finishing. When the broker
 //! answers (a 408 after its body read timeout) or closes, the client connects again at once, so
 //! the count attached stays what the workload asked for.
+//!
+//! [`BadInputs`]: the API's bad-input table ([`queen_testdb::hostile`]) sent round after round,
+//! each row to the next broker, every answer judged against the refusal the row documents.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use queen_testdb::hostile::{Answered, bad_input_table, exchange};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,6 +124,89 @@ fn status_of(bytes: &[u8]) -> u16 {
         .and_then(|text| text.split(' ').nth(1))
         .and_then(|code| code.parse().ok())
         .unwrap_or(0)
+}
+
+/// How long one bad-input request may take before it counts as unanswered.
+const BAD_INPUT_LIMIT: Duration = Duration::from_secs(5);
+
+/// The pause between two rounds of the table.
+const BAD_INPUT_PAUSE: Duration = Duration::from_millis(500);
+
+/// Answers off the documented shape kept in the result, the first ones.
+const WRONG_KEPT: usize = 10;
+
+/// What the brokers answered to the bad-input table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BadInputDone {
+    /// Rows in the table, and whole rounds of it sent.
+    pub rows: u64,
+    pub rounds: u64,
+    pub requests: u64,
+    /// Answered with the status, code and message the row documents.
+    pub as_documented: u64,
+    /// Answered 5xx.
+    pub server_errors: u64,
+    /// No answer within 5 s.
+    pub unanswered: u64,
+    /// The first answers off their row, in words.
+    pub wrong: Vec<String>,
+}
+
+/// The bad-input table sent to brokers until stopped (or `rounds` are done).
+#[derive(Debug)]
+pub struct BadInputs {
+    stop: Arc<AtomicBool>,
+    task: JoinHandle<BadInputDone>,
+}
+
+impl BadInputs {
+    pub fn start(addresses: &[String], rounds: u32) -> BadInputs {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addresses, stopped) = (addresses.to_vec(), stop.clone());
+        let task = tokio::spawn(async move {
+            let table = bad_input_table();
+            let mut done = BadInputDone {
+                rows: table.len() as u64,
+                ..BadInputDone::default()
+            };
+            let mut turn = 0;
+            'rounds: for _ in 0..rounds {
+                for row in &table {
+                    if stopped.load(Ordering::Acquire) || addresses.is_empty() {
+                        break 'rounds;
+                    }
+                    let address = &addresses[turn % addresses.len()];
+                    turn += 1;
+                    let answer = exchange(address, &row.request, BAD_INPUT_LIMIT).await;
+                    let answered = Answered::of(&answer);
+                    done.requests += 1;
+                    match answered.status {
+                        0 => done.unanswered += 1,
+                        500.. => done.server_errors += 1,
+                        _ => {}
+                    }
+                    if answered.as_documented(row) {
+                        done.as_documented += 1;
+                    } else if done.wrong.len() < WRONG_KEPT {
+                        done.wrong.push(format!(
+                            "{}: {} {:?} from {address}, want {} {}",
+                            row.what, answered.status, answered.code, row.status, row.code
+                        ));
+                    }
+                }
+                done.rounds += 1;
+                tokio::time::sleep(BAD_INPUT_PAUSE).await;
+            }
+            done
+        });
+        BadInputs { stop, task }
+    }
+
+    /// Stops after the request in flight; what the brokers answered.
+    pub async fn stop(self) -> BadInputDone {
+        self.stop.store(true, Ordering::Release);
+        self.task.await.unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::brokers::{Broker, Counters};
 use crate::db::{RunDb, Sizes};
 use crate::error::Error;
 use crate::healthz::{HealthPolls, Poll, Poller};
-use crate::hostile::{SlowClients, SlowClientsDone};
+use crate::hostile::{BadInputDone, BadInputs, SlowClients, SlowClientsDone};
 
 /// What a run puts on the database.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -105,6 +105,10 @@ pub struct Workload {
     /// when the broker closes it ([`crate::hostile`]).
     #[serde(default)]
     pub slow_clients_per_broker: u32,
+    /// Rounds of the API's bad-input table sent to the broker processes during the load, each row
+    /// to the next broker, a round every half second or so ([`crate::hostile::BadInputs`]).
+    #[serde(default)]
+    pub bad_input_rounds: u32,
 }
 
 /// The gap between rounds of backend termination.
@@ -148,6 +152,7 @@ impl Workload {
             hold_snapshot: false,
             crash_server_at_s: None,
             slow_clients_per_broker: 0,
+            bad_input_rounds: 0,
         }
     }
 
@@ -383,6 +388,9 @@ pub struct RunResult {
     /// What the hostile slow clients did, when the run had them.
     #[serde(default)]
     pub slow_clients: Option<SlowClientsDone>,
+    /// What the brokers answered to the bad-input table, when the run sent it.
+    #[serde(default)]
+    pub bad_input: Option<BadInputDone>,
     pub series: Vec<Sample>,
 }
 
@@ -670,12 +678,20 @@ impl Run<'_> {
             let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
             SlowClients::start(&addresses, w.slow_clients_per_broker)
         });
+        let bad_inputs = (w.bad_input_rounds > 0).then(|| {
+            let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
+            BadInputs::start(&addresses, w.bad_input_rounds)
+        });
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);
         let (series, faults) = self.sample(db, w, &brokers, &load.shared, started).await?;
         let loaded = load.stop().await?;
         let slow_clients = slow.map(SlowClients::stop);
+        let bad_input = match bad_inputs {
+            Some(sender) => Some(sender.stop().await),
+            None => None,
+        };
         for holder in held.into_iter().chain(snapshot) {
             release_held(holder).await?;
         }
@@ -700,6 +716,7 @@ impl Run<'_> {
         };
         let mut result = self.finish(db, w, measured).await?;
         result.slow_clients = slow_clients;
+        result.bad_input = bad_input;
         let (server, machine) = (server_cpu.stop(), machine_cpu.stop());
         result.cpu_while_firing = result
             .fire_window_epoch_s
@@ -816,6 +833,7 @@ impl Run<'_> {
             },
             healthz: healthz_polls.map(|polls| HealthPolls::of(&polls, faults.crashed_at_epoch_s)),
             slow_clients: None,
+            bad_input: None,
             crash_survivors: match faults.crashed_at_epoch_s {
                 Some(at) => Some(db.connections_begun_before(at).await?),
                 None => None,

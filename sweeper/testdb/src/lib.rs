@@ -1,5 +1,6 @@
 //! The PostgreSQL test tier: a dev-dependency of the crates whose tests need a server, and the
-//! soak's local-cluster provider ([`cluster`]).
+//! soak's local-cluster provider ([`cluster`]); also the API's bad-input table ([`hostile`]),
+//! shared by the broker's tests and the soak.
 //!
 //! One throwaway cluster per test process, started on first use from the installed server
 //! binaries ([`cluster`]) and stopped and removed at process exit. It holds a template database
@@ -14,6 +15,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cluster;
+pub mod hostile;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
