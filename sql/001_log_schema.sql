@@ -138,6 +138,7 @@
 -- [not measured] QUEEN_API_REQUEST_TIMEOUT_MS = 15000: a request's deadline; above two statement timeouts plus grace.
 -- [not measured] QUEEN_API_HEADER_READ_TIMEOUT_MS = 5000: a connection's request headers; one round trip even on a slow link.
 -- [not measured] QUEEN_API_BODY_READ_TIMEOUT_MS = 10000: a request body, read before it takes a slot; 4 MiB at 4 Mbit/s.
+-- [not measured] QUEEN_API_IDEMPOTENCY_WINDOW_S = 3600: how long a schedule's Idempotency-Key is kept; a retry through an hour's outage.
 --
 -- Files in sql/ are applied in lexical order, every time a broker boots, in one transaction, so
 -- everything here is idempotent: IF NOT EXISTS for objects, CREATE OR REPLACE for functions, and

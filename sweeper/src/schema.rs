@@ -48,6 +48,7 @@ pub const FILES: &[SqlFile] = sql_files![
     "030_kv_sweeper.sql",
     "040_system_state.sql",
     "050_api_reads.sql",
+    "060_api_idempotency.sql",
 ];
 
 /// Attempts of one apply when it loses a race with another broker's apply.

@@ -73,6 +73,19 @@ pub struct KvEntry {
     pub expires_at: Option<String>,
 }
 
+/// What `api_idempotency_begin_v1` answered.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyTaken {
+    /// The key is this call's: schedule, then store the answer.
+    pub fresh: bool,
+    /// Another call had it: whether with the same request, and what it answered.
+    #[serde(default)]
+    pub same_request: bool,
+    #[serde(default)]
+    pub answer: Value,
+}
+
 /// One page of a read: which rows, and how big.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Page {
@@ -135,7 +148,7 @@ impl PgApi {
             .call("health", |c| {
                 Box::pin(
                     sqlx::query_scalar(
-                        "SELECT to_regprocedure('queen.log_messages_read_v1(text, text, text, bigint, integer, bigint)') IS NOT NULL",
+                        "SELECT to_regprocedure('queen.api_idempotency_finish_v1(text, text, jsonb)') IS NOT NULL",
                     )
                     .fetch_one(c),
                 )
@@ -160,6 +173,48 @@ impl PgApi {
             .close()
             .await
             .map_err(|e| database_error(e, "health probe: closing"))
+    }
+
+    /// Takes an idempotency key inside the schedule transaction `tx`
+    /// (`sql/060_api_idempotency.sql`): whether the key is this call's, or what its first call
+    /// answered.
+    pub async fn idempotency_begin(
+        tx: &mut PgTimerTx<'static>,
+        tenant: &str,
+        key: &str,
+        request_sha256: &[u8],
+        window_ms: u64,
+    ) -> Result<KeyTaken, Error> {
+        let connection = tx.connection().await?;
+        let value: Value =
+            sqlx::query_scalar("SELECT queen.api_idempotency_begin_v1($1, $2, $3, $4, now())")
+                .bind(tenant)
+                .bind(key)
+                .bind(request_sha256)
+                .bind(i64::try_from(window_ms).unwrap_or(i64::MAX))
+                .fetch_one(connection)
+                .await
+                .map_err(|e| database_error(e, "idempotency key"))?;
+        serde_json::from_value(value.clone())
+            .map_err(|e| Error::database(None, format!("{e}: {value}"), "idempotency key".into()))
+    }
+
+    /// Stores the answer of the call that took `key`, before its transaction commits.
+    pub async fn idempotency_finish(
+        tx: &mut PgTimerTx<'static>,
+        tenant: &str,
+        key: &str,
+        answer: &Value,
+    ) -> Result<(), Error> {
+        let connection = tx.connection().await?;
+        sqlx::query("SELECT queen.api_idempotency_finish_v1($1, $2, $3)")
+            .bind(tenant)
+            .bind(key)
+            .bind(answer)
+            .execute(connection)
+            .await
+            .map(|_| ())
+            .map_err(|e| database_error(e, "idempotency answer"))
     }
 
     pub async fn peek_timer(

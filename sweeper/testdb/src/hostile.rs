@@ -401,6 +401,17 @@ pub fn bad_input_table() -> Vec<BadInput> {
             "empty_name",
         ),
         row(
+            "an Idempotency-Key with a space",
+            raw(
+                "POST",
+                "/api/v1/timers",
+                &[JSON, "Idempotency-Key: a b"],
+                &schedule_with("queue", "\"q\""),
+            ),
+            400,
+            "invalid_idempotency_key",
+        ),
+        row(
             "an absent timer cancelled",
             raw("DELETE", "/api/v1/timers/q/absent", &[], ""),
             404,
@@ -447,7 +458,7 @@ mod tests {
     #[test]
     fn every_row_is_a_whole_request_that_asks_to_be_closed() {
         let table = bad_input_table();
-        assert_eq!(table.len(), 36);
+        assert_eq!(table.len(), 37);
         for row in &table {
             let text = String::from_utf8_lossy(&row.request);
             assert!(text.contains("Connection: close\r\n"), "{}", row.what);

@@ -124,6 +124,16 @@ pub mod knob {
         max: HOUR_MS,
         help: "a request body not all read within this is a 408; it holds no in-flight slot while read",
     };
+    /// 1 h: a client retrying a schedule whose answer it lost does so within seconds to minutes,
+    /// and an hour covers a retry through a long outage; each key costs a row for the window (about
+    /// 100 B plus the answer). Not measured.
+    pub const IDEMPOTENCY_WINDOW_S: Knob = Knob {
+        var: "QUEEN_API_IDEMPOTENCY_WINDOW_S",
+        default: 3_600,
+        min: 1,
+        max: 7 * 24 * 3_600,
+        help: "a schedule retried with the same Idempotency-Key within this many seconds answers the first call's results and schedules nothing",
+    };
 
     /// Every knob, in documentation order.
     pub const ALL: &[Knob] = &[
@@ -137,6 +147,7 @@ pub mod knob {
         REQUEST_TIMEOUT_MS,
         HEADER_READ_TIMEOUT_MS,
         BODY_READ_TIMEOUT_MS,
+        IDEMPOTENCY_WINDOW_S,
     ];
 }
 
@@ -153,6 +164,7 @@ pub struct ApiConfig {
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
+    pub idempotency_window_s: u64,
 }
 
 impl Default for ApiConfig {
@@ -229,10 +241,11 @@ impl ApiConfig {
             request_timeout_ms: value(&knob::REQUEST_TIMEOUT_MS),
             header_read_timeout_ms: value(&knob::HEADER_READ_TIMEOUT_MS),
             body_read_timeout_ms: value(&knob::BODY_READ_TIMEOUT_MS),
+            idempotency_window_s: value(&knob::IDEMPOTENCY_WINDOW_S),
         }
     }
 
-    fn values(&self) -> [u64; 10] {
+    fn values(&self) -> [u64; 11] {
         [
             self.max_payload_bytes,
             u64::from(self.max_ops_per_call),
@@ -244,6 +257,7 @@ impl ApiConfig {
             self.request_timeout_ms,
             self.header_read_timeout_ms,
             self.body_read_timeout_ms,
+            self.idempotency_window_s,
         ]
     }
 

@@ -44,6 +44,41 @@ pub fn tenant(headers: &HeaderMap, limits: &ApiConfig) -> Result<String, ApiErro
     Ok(tenant)
 }
 
+/// The header of a schedule's optional idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// The longest idempotency key: a UUID is 36 bytes; room for a client's own scheme.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// The request's `Idempotency-Key`, if it gave one: 1 to [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes of
+/// visible ASCII, given once.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "duplicate_idempotency_key",
+            "the Idempotency-Key header is given more than once",
+        ));
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > MAX_IDEMPOTENCY_KEY_BYTES
+        || !bytes.iter().all(u8::is_ascii_graphic)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!(
+                "the Idempotency-Key header must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes of visible ASCII (0x21..=0x7E), got {} bytes",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
 /// Checks one name (queue, timer key, partition, txn, namespace, key, tenant): non-empty, no NUL
 /// (PostgreSQL text cannot hold one: it would be a 500 from the database, SQLSTATE 22021) and at
 /// most `QUEEN_API_MAX_KEY_BYTES` bytes.

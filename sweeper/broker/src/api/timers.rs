@@ -11,17 +11,20 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::ApiState;
 use super::errors::ApiError;
-use super::input::{json_body, name, path, query, tenant};
+use super::input::{idempotency_key, json_body, name, path, query, tenant};
 use super::ops::parse_batch;
 use super::views;
+use crate::queries::{KeyTaken, PgApi};
 use queen_sweeper::clock;
-use queen_sweeper::{ApplyResult, ApplyStatus, TimerOp};
+use queen_sweeper::{ApplyResult, ApplyStatus, PgTimerTx, SeamTx, TimerOp};
 
 /// Timers per page of a list when the caller does not say. Not measured.
 pub const DEFAULT_PAGE_ROWS: u32 = 100;
@@ -30,17 +33,56 @@ pub const DEFAULT_PAGE_ROWS: u32 = 100;
 /// metadata (no payloads) is about 300 KB of JSON. Not measured.
 pub const MAX_PAGE_ROWS: u32 = 1000;
 
+/// The answer header of a schedule that repeats an earlier call's results.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
 /// `POST /api/v1/timers`: `{"ops": [...]}` → `{"results": [...]}`, one result per op, in order.
+/// With an `Idempotency-Key`, a retry of the same request within
+/// `QUEEN_API_IDEMPOTENCY_WINDOW_S` answers the first call's results (and `Idempotent-Replayed:
+/// true`) and schedules nothing; the key with another request is a 422.
 pub async fn batch(
     State(state): State<ApiState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
+    let key = idempotency_key(&headers)?;
+    let request_sha256 = body.as_ref().ok().map(Sha256::digest);
     let ops = parse_batch(json_body(body, limits)?, limits)?;
-    let results = apply(&state, &tenant, &ops).await?;
-    Ok(Json(json!({ "results": results })))
+    let mut tx = state
+        .inner
+        .seam
+        .begin(state.inner.db.begin_timer_tx().await?);
+    if let (Some(key), Some(sha256)) = (&key, request_sha256) {
+        let window_ms = limits.idempotency_window_s.saturating_mul(1000);
+        let taken =
+            PgApi::idempotency_begin(tx.transaction(), &tenant, key, &sha256, window_ms).await?;
+        if !taken.fresh {
+            // Nothing was written: dropping the transaction rolls back the expired keys' delete.
+            return replay(key, &taken);
+        }
+    }
+    let results = apply(&state, &tenant, &ops, tx, key.as_deref()).await?;
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+/// The answer of a call whose key another call took first.
+fn replay(key: &str, taken: &KeyTaken) -> Result<Response, ApiError> {
+    if !taken.same_request {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            format!(
+                "the Idempotency-Key {key:?} was used with another request within QUEEN_API_IDEMPOTENCY_WINDOW_S; use a new key for a new request"
+            ),
+        ));
+    }
+    let mut response = Json(json!({ "results": &taken.answer })).into_response();
+    response
+        .headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    Ok(response)
 }
 
 /// `DELETE /api/v1/timers/{queue}/{timerKey}`: 200 cancelled, 404 absent (the error shape, like
@@ -57,7 +99,11 @@ pub async fn cancel(
     name("timerKey", &timer_key, limits)?;
     let absent = absent_timer(&tenant, &queue, &timer_key);
     let op = TimerOp::Cancel { queue, timer_key };
-    let mut results = apply(&state, &tenant, std::slice::from_ref(&op)).await?;
+    let tx = state
+        .inner
+        .seam
+        .begin(state.inner.db.begin_timer_tx().await?);
+    let mut results = apply(&state, &tenant, std::slice::from_ref(&op), tx, None).await?;
     let result = results.pop().expect("the seam answers every operation");
     let status = match result.status {
         ApplyStatus::Absent => return Err(absent),
@@ -67,24 +113,27 @@ pub async fn cancel(
     Ok((status, Json(result)))
 }
 
-/// One transaction through the seam: apply, commit, then the wake.
+/// The rest of one transaction through the seam: apply, store the answer under the call's
+/// idempotency key (taken by the caller), commit, then the wake.
 async fn apply(
     state: &ApiState,
     tenant: &str,
     ops: &[TimerOp],
+    mut tx: SeamTx<PgTimerTx<'static>>,
+    key: Option<&str>,
 ) -> Result<Vec<ApplyResult>, ApiError> {
-    let mut tx = state
-        .inner
-        .seam
-        .begin(state.inner.db.begin_timer_tx().await?);
     let mut results = tx.apply(tenant, ops, clock::tokio_now()).await?;
+    for result in &mut results {
+        result.deliver_at = result.deliver_at.as_deref().map(views::normalized);
+    }
+    if let Some(key) = key {
+        let answer = serde_json::to_value(&results).expect("results serialize");
+        PgApi::idempotency_finish(tx.transaction(), tenant, key, &answer).await?;
+    }
     let rings = tx.wake_at().is_some();
     let moved = tx.commit().await?;
     if rings {
         state.inner.metrics.woke(moved);
-    }
-    for result in &mut results {
-        result.deliver_at = result.deliver_at.as_deref().map(views::normalized);
     }
     Ok(results)
 }
