@@ -621,3 +621,102 @@ async fn a_poison_timer_among_199_innocents_reaches_the_dlq_alone() {
     );
     broker.stop().await;
 }
+
+/// Breaks the fire (a message cannot be appended) and the record of its failure (a claimed row
+/// cannot be updated) while `public.broken` says so, both with a transient SQLSTATE, the way a
+/// database that stops answering mid-drain looks to a broker.
+const BREAK_FIRE_AND_RECORD: &str = r#"
+CREATE TABLE public.broken (on_ boolean NOT NULL);
+INSERT INTO public.broken VALUES (false);
+CREATE FUNCTION public.refuse_when_broken() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (SELECT on_ FROM public.broken) THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        RAISE EXCEPTION 'broken on purpose: the fire' USING ERRCODE = '40001';
+    END IF;
+    IF OLD.claim_token IS NOT NULL THEN
+        RAISE EXCEPTION 'broken on purpose: the record of a claimed row' USING ERRCODE = '40001';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER refuse_fire BEFORE INSERT ON queen.log_messages
+    FOR EACH ROW EXECUTE FUNCTION public.refuse_when_broken();
+CREATE TRIGGER refuse_record BEFORE UPDATE ON queen.log_timers
+    FOR EACH ROW EXECUTE FUNCTION public.refuse_when_broken();
+"#;
+
+/// Issue 18's stranded claims, on PostgreSQL: a leased fire fails, recording the failure fails
+/// too, and the broker, alive, must not leave its claimed rows for the 30 s lease. It retries the
+/// record and releases them; they fire soon after the database answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_fire_and_its_failure_record_both_fail_the_rows_fire_soon_after_the_database_answers()
+ {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(BREAK_FIRE_AND_RECORD)
+        .execute(&db.pool)
+        .await
+        .expect("the breaking triggers");
+    sqlx::query("UPDATE public.broken SET on_ = true")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    insert_timers(&db.pool, 200, -10.0, 0.0, 2, 2).await;
+    let broker = Broker::start(
+        &db,
+        "stranded",
+        config(&[
+            ("QUEEN_SWEEPER_FIRE_TAKE", "0"),
+            ("QUEEN_SWEEPER_LEASE_MS", "30000"),
+        ]),
+    )
+    .await;
+    let metrics = broker.metrics.clone();
+    wait_for(
+        "a failed fire and the record of its failure",
+        Duration::from_secs(20),
+        || {
+            let metrics = metrics.clone();
+            async move { metrics.queries_of("fail") >= 1 }
+        },
+    )
+    .await;
+    // Let the record fail (it is counted as it starts).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let claimed = count(
+        &db.pool,
+        "SELECT count(*) FROM queen.log_timers WHERE claimed_until > now()",
+    )
+    .await;
+    assert!(
+        claimed > 0,
+        "the broker holds claimed rows while the record fails"
+    );
+
+    let healed_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("UPDATE public.broken SET on_ = false RETURNING now()")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    wait_for("every timer to fire", Duration::from_secs(20), || async {
+        count(&db.pool, "SELECT count(*) FROM queen.log_messages").await >= 200
+    })
+    .await;
+    let last_fire: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT max(created_at) FROM queen.log_messages")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let (messages, txns, early, _, _, _) = delivery(&db.pool).await;
+    broker.stop().await;
+    assert_eq!((messages, txns, early), (200, 200, 0), "exactly once");
+    let after_ms = (last_fire - healed_at).num_milliseconds();
+    // The record is retried at most 400 ms apart, then the rows are released with no backoff
+    // and taken by the next pass; before, they waited out the 30 s lease.
+    assert!(
+        after_ms < 2_000,
+        "the last timer fired {after_ms} ms after the database answered again"
+    );
+}
