@@ -12,6 +12,7 @@
 //! | `slow-clients` | the same, with 64 slow-body clients held against every broker | other clients' schedule p99 within 2× of `api-quiet`'s |
 //! | `bad-input` | the API's bad-input table (37 hostile requests since d6017c4 added one), round after round, beside 200 timers/s through 3 broker processes | every answer the documented 4xx, none a 5xx |
 //! | `steady` | none: 500 timers/s, 3 brokers, for minutes | the lateness the next case is compared with |
+//! | `steady-tuned` | none: `steady` with the timers vacuumed eagerly ([`TUNED_AUTOVACUUM`]) | dead rows, table size and lateness over time against `steady` |
 //! | `snapshot` | the same, with a snapshot held open by an idle transaction | lateness p99 within 2× of `steady`'s, none over 2 s; dead rows over time |
 //!
 //! The `crash` case stands in for `pg_ctl restart -m immediate`: the same crash recovery, without
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::healthz;
-use crate::run::{RECOVERED_SHARE, Run, RunResult, Workload};
+use crate::run::{Autovacuum, RECOVERED_SHARE, Run, RunResult, Workload};
 
 /// After backend termination, the drain must be back at [`RECOVERED_SHARE`] of its rate within
 /// this long (issue 18's target).
@@ -35,6 +36,14 @@ pub const SLOW_CLIENTS_P99_FACTOR: f64 = 2.0;
 /// Slow-body clients held against each broker in the `slow-clients` case: the API's default
 /// in-flight limit, the number that once took every slot.
 pub const SLOW_CLIENTS_PER_BROKER: u32 = 64;
+/// The autovacuum candidate `steady-tuned` runs: the launcher every 5 s (the server's default is
+/// 60 s, in which 500 timers/s leave 30 000 dead rows), a vacuum once 2 000 timer rows are dead
+/// (4 s of fires at 500/s) whatever the table's size, at full speed.
+pub const TUNED_AUTOVACUUM: Autovacuum = Autovacuum {
+    naptime_s: 5,
+    vacuum_threshold: 2_000,
+    cost_delay_ms: 0,
+};
 /// With a snapshot held, no timer may be later than this.
 pub const PINNED_MAX_MS: f64 = 2_000.0;
 
@@ -133,6 +142,9 @@ pub fn cases(size: Size) -> Vec<Case> {
     steady.timers_per_s = 500;
     steady.timer_delay_ms = (0, 2_000);
     steady.drain_limit_s = 120;
+    let mut steady_tuned = steady.clone();
+    steady_tuned.label = "faults steady-tuned".into();
+    steady_tuned.autovacuum = Some(TUNED_AUTOVACUUM);
     let mut snapshot = steady.clone();
     snapshot.label = "faults snapshot".into();
     snapshot.hold_snapshot = true;
@@ -171,6 +183,11 @@ pub fn cases(size: Size) -> Vec<Case> {
             name: "steady",
             fault: "none: the reference for the snapshot case",
             workload: steady,
+        },
+        Case {
+            name: "steady-tuned",
+            fault: "none: the steady load with the timers vacuumed eagerly (a candidate for the shipped autovacuum settings)",
+            workload: steady_tuned,
         },
         Case {
             name: "snapshot",

@@ -92,7 +92,7 @@ enum Command {
     /// Exits 1 when a delivery check fails, or a target is missed (without --small).
     Faults {
         /// Only these cases (repeatable): terminate, kill, crash, api-quiet, slow-clients, bad-input,
-        /// steady, snapshot.
+        /// steady, steady-tuned, snapshot.
         #[arg(long, value_name = "CASE")]
         only: Vec<String>,
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]

@@ -109,6 +109,21 @@ pub struct Workload {
     /// to the next broker, a round every half second or so ([`crate::hostile::BadInputs`]).
     #[serde(default)]
     pub bad_input_rounds: u32,
+    /// Autovacuum settings for this run, if not the server's and the schema's defaults.
+    #[serde(default)]
+    pub autovacuum: Option<Autovacuum>,
+}
+
+/// How eagerly dead timer rows are vacuumed during a run: per table on `queen.log_timers`, and
+/// the server's naptime (set with `ALTER SYSTEM` for the run, reset after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Autovacuum {
+    /// `autovacuum_naptime`: how often the launcher looks at each database, seconds.
+    pub naptime_s: u32,
+    /// `autovacuum_vacuum_threshold`, with a scale factor of 0: dead rows that start a vacuum.
+    pub vacuum_threshold: u32,
+    /// `autovacuum_vacuum_cost_delay`, ms (0: vacuum at full speed).
+    pub cost_delay_ms: u32,
 }
 
 /// The gap between rounds of backend termination.
@@ -153,6 +168,7 @@ impl Workload {
             crash_server_at_s: None,
             slow_clients_per_broker: 0,
             bad_input_rounds: 0,
+            autovacuum: None,
         }
     }
 
@@ -655,6 +671,9 @@ impl Run<'_> {
     pub async fn execute(&self, workload: &Workload, db_label: &str) -> Result<RunResult, Error> {
         let db = RunDb::create(self.server_url, db_label).await?;
         let result = self.on(&db, workload).await;
+        if workload.autovacuum.is_some() {
+            set_naptime(&db, None).await?;
+        }
         db.drop_now().await?;
         result
     }
@@ -994,6 +1013,21 @@ impl Run<'_> {
     }
 }
 
+/// Sets the server's `autovacuum_naptime` (`None`: back to its configured value) and reloads.
+async fn set_naptime(db: &RunDb, seconds: Option<u32>) -> Result<(), Error> {
+    let set = match seconds {
+        Some(s) => format!("ALTER SYSTEM SET autovacuum_naptime = '{s}s'"),
+        None => "ALTER SYSTEM RESET autovacuum_naptime".to_owned(),
+    };
+    for statement in [set.as_str(), "SELECT pg_reload_conf()"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_owned()))
+            .execute(&db.pool)
+            .await
+            .map_err(Error::db("cannot set autovacuum_naptime"))?;
+    }
+    Ok(())
+}
+
 /// How long the soak's own reads wait for a crashed server to take connections again.
 const OUTAGE_LIMIT: Duration = Duration::from_secs(60);
 
@@ -1075,6 +1109,16 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
             .execute(&db.pool)
             .await
             .map_err(Error::db("cannot make the soak's promises crash-safe"))?;
+    }
+    if let Some(a) = w.autovacuum {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE queen.log_timers SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = {}, autovacuum_vacuum_cost_delay = {})",
+            a.vacuum_threshold, a.cost_delay_ms
+        )))
+        .execute(&db.pool)
+        .await
+        .map_err(Error::db("cannot set the timers' autovacuum"))?;
+        set_naptime(db, Some(a.naptime_s)).await?;
     }
     if let Some(fillfactor) = w.fillfactor {
         for table in ["queen.log_timers", "queen.kv"] {
