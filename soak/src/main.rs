@@ -100,6 +100,9 @@ enum Command {
         /// CI's size: one short repetition of each case.
         #[arg(long)]
         small: bool,
+        /// Seconds of load of steady, steady-tuned and snapshot (300 by default; 10 with --small).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(10..=86_400))]
+        long_seconds: Option<u64>,
     },
     /// Measure the simulation model's costs on this rig (about a minute); writes
     /// `sim/calibration/<date>-<rig>.json` (`--out DIR` for another directory).
@@ -380,13 +383,24 @@ async fn soak(cli: Cli) -> Result<(), Error> {
             println!("wrote {}", dir.join("report.md").display());
             Ok(())
         }
-        (Some(Command::Faults { only, reps, small }), _) => {
+        (
+            Some(Command::Faults {
+                only,
+                reps,
+                small,
+                long_seconds,
+            }),
+            _,
+        ) => {
             use queen_soak::faults;
-            let size = if *small {
+            let mut size = if *small {
                 faults::Size::smoke()
             } else {
                 faults::Size::full(*reps)
             };
+            if let Some(seconds) = long_seconds {
+                size.long_seconds = *seconds;
+            }
             let dir = cli
                 .out
                 .clone()
