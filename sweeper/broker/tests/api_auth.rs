@@ -3,10 +3,9 @@
 
 mod api_support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use api_support::{Answer, BINARY, Server, Start, count, free_loopback_port, schedule_op};
+use api_support::{Answer, Server, Start, count, free_loopback_port, schedule_op, serve_to_end};
 use queen_testdb::TestDb;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -369,26 +368,9 @@ async fn a_tokens_file_grants_like_the_environment() {
 /// differently (connection refused).
 async fn refused_start(listen: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let url = format!("postgres://nobody@127.0.0.1:{}/queen", free_loopback_port());
-    let mut command = tokio::process::Command::new(BINARY);
-    command
-        .args(["serve", "--database-url", &url, "--listen", listen])
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
-        .await
-        .expect("serve exits within 30 s")
-        .expect("output");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let mut all = vec!["--database-url", &url, "--listen", listen];
+    all.extend_from_slice(args);
+    serve_to_end(&all, env).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

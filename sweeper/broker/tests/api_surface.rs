@@ -5,7 +5,7 @@ mod api_support;
 
 use std::time::Duration;
 
-use api_support::{Start, count, free_loopback_port, schedule_op, wait_for};
+use api_support::{Start, count, free_loopback_port, schedule_op, serve_to_end, wait_for};
 use queen_testdb::TestDb;
 use serde_json::{Value, json};
 
@@ -565,30 +565,6 @@ async fn healthz_is_not_ready_until_the_schema_exists_and_metrics_carry_both_set
         assert!(metrics.contains(series), "missing {series} in:\n{metrics}");
     }
     assert!(metrics.ends_with("# EOF\n"));
-}
-
-/// Runs `serve` to its end (bounded); (exit code, stderr).
-async fn serve_to_end(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut command = tokio::process::Command::new(api_support::BINARY);
-    command
-        .arg("serve")
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
-        .await
-        .expect("serve exits within 30 s")
-        .expect("output");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -247,6 +247,30 @@ impl Server {
     }
 }
 
+/// Runs `serve` with `args` and `env` to its end (bounded); (exit code, stderr).
+pub async fn serve_to_end(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = Command::new(BINARY);
+    command
+        .arg("serve")
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("serve exits within 30 s")
+        .expect("output");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// The value of `series` (name with labels, exactly as rendered) in a Prometheus text exposition.
 pub fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
