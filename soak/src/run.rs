@@ -690,17 +690,15 @@ impl Run<'_> {
             false => None,
         };
         let brokers = self.start_brokers(db, w, &config).await?;
+        // The hostile clients and the health poller reach the broker processes by HTTP.
+        let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
         let poller = w
             .crash_server_at_s
-            .map(|_| Poller::start(brokers.iter().filter_map(Broker::listen).collect()));
-        let slow = (w.slow_clients_per_broker > 0).then(|| {
-            let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
-            SlowClients::start(&addresses, w.slow_clients_per_broker)
-        });
-        let bad_inputs = (w.bad_input_rounds > 0).then(|| {
-            let addresses: Vec<String> = brokers.iter().filter_map(Broker::listen).collect();
-            BadInputs::start(&addresses, w.bad_input_rounds)
-        });
+            .map(|_| Poller::start(addresses.clone()));
+        let slow = (w.slow_clients_per_broker > 0)
+            .then(|| SlowClients::start(&addresses, w.slow_clients_per_broker));
+        let bad_inputs =
+            (w.bad_input_rounds > 0).then(|| BadInputs::start(&addresses, w.bad_input_rounds));
         let brokers = Arc::new(tokio::sync::RwLock::new(brokers));
         let load = Load::start(db, w, &brokers);
         let (started, start_epoch_s) = (load.started, load.start_epoch_s);

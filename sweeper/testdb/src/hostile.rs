@@ -446,6 +446,8 @@ mod tests {
         };
         let good = "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\r\n{\"error\":{\"code\":\"nul_in_name\",\"message\":\"m\"}}";
         assert!(Answered::of(good).as_documented(&row));
+        let no_message = "HTTP/1.1 400 Bad Request\r\n\r\n{\"error\":{\"code\":\"nul_in_name\"}}";
+        assert!(!Answered::of(no_message).as_documented(&row));
         let plain = "HTTP/1.1 400 Bad Request\r\n\r\nbad";
         assert_eq!(Answered::of(plain).code, None);
         assert!(!Answered::of(plain).as_documented(&row));
