@@ -178,8 +178,10 @@ impl Broker {
             path: binary.to_owned(),
             source,
         })?;
+        // Idle connections are dropped before the broker's advertised `Keep-Alive` time.
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(1))
             .build()
             .map_err(Error::http("cannot make an HTTP client"))?;
         let broker = Broker::Process {

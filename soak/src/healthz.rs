@@ -90,8 +90,10 @@ impl Poller {
     /// One task per broker address (`host:port`).
     pub fn start(addresses: Vec<String>) -> Poller {
         let polls = Arc::new(Mutex::new(Vec::new()));
+        // Idle connections are dropped before the broker's advertised `Keep-Alive` time.
         let client = reqwest::Client::builder()
             .timeout(POLL_LIMIT)
+            .pool_idle_timeout(Duration::from_secs(1))
             .build()
             .expect("a plain HTTP client builds");
         let tasks = addresses

@@ -351,5 +351,43 @@ async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_header
         waited >= Duration::from_millis(300),
         "closed after {waited:?}, before the header read timeout"
     );
+    // Too short a timeout to leave a second of idle time: each answer closes its connection, so no
+    // pooled connection is left for the close to race with.
+    let answer = raw_healthz(server.port).await;
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(!answer.contains("keep-alive:"), "{answer}");
     assert_eq!(server.get("/healthz").await.status, 200);
+}
+
+/// `GET /healthz` on a connection of its own, read until the server closes it (within 5 s).
+async fn raw_healthz(port: u16) -> String {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection was still open after 5 s");
+    String::from_utf8_lossy(&answer).to_lowercase()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_says_how_long_an_idle_connection_is_kept() {
+    let db = TestDb::new().await;
+    let env = [("QUEEN_API_HEADER_READ_TIMEOUT_MS", "3500")];
+    let server = Start::on(&db, "keep-alive").env(&env).spawn().await;
+    let started = monotonic_now();
+    let answer = raw_healthz(server.port).await;
+    let waited = started.elapsed();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("\r\nkeep-alive: timeout=2\r\n"), "{answer}");
+    // The idle connection is closed by the header read timeout, not kept for ever.
+    assert!(
+        waited >= Duration::from_millis(3_400) && waited < Duration::from_millis(5_000),
+        "the idle connection closed after {waited:?}"
+    );
 }

@@ -113,7 +113,7 @@ pub mod knob {
         default: 5_000,
         min: 100,
         max: HOUR_MS,
-        help: "a connection whose request headers are not all read within this is closed",
+        help: "a connection whose request headers are not all read within this is closed; so is a keep-alive connection idle this long (answers advertise a second less as Keep-Alive: timeout=N; under 2 s keep-alive is off)",
     };
     /// 10 s: a body at the default 4 MiB limit arrives in about 8.4 s at 4 Mbit/s, the slowest
     /// link we serve a full batch over. Not measured.

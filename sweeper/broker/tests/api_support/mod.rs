@@ -125,8 +125,10 @@ impl Server {
                 text.push('\n');
             }
         });
+        // Idle connections are dropped before the broker's advertised `Keep-Alive` time.
         let client = reqwest::Client::builder()
             .timeout(REQUEST_LIMIT)
+            .pool_idle_timeout(Duration::from_secs(1))
             .build()
             .expect("client");
         let mut server = Server {
