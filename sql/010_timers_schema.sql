@@ -8,6 +8,12 @@
 --   backoff     claim_token NULL, claimed_until > now      invisible, cancellable
 -- A held row whose lease ran out is due again (visible_at = claimed_until <= now) and a new claim
 -- replaces its token, which is how the fire of the previous holder learns it lost the row.
+--
+-- No write makes a row visible earlier than the write's own now: a schedule or reschedule whose
+-- delivery is already past, and a fire giving back a stale segment, set claimed_until to their
+-- now (with no token: due, not held), so visible_at is never below it. The sweeper's head floors
+-- rely on this (queen.log_timers_due_v1): a row written after a probe is never below the floor
+-- that probe handed out, by more than how long a write can take.
 CREATE TABLE IF NOT EXISTS queen.log_timers (
     tenant_id     text        NOT NULL,
     queue         text        NOT NULL,

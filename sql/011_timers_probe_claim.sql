@@ -20,15 +20,45 @@ BEGIN
 END;
 $$;
 
--- PROBE: {nextInMs, due, dueCapped, lateMs}.
+-- HEAD FLOORS. A deleted or moved row leaves a dead entry in log_timers_shard_visible_idx until
+-- vacuum removes it, and vacuum can remove none while any session holds an old snapshot (an idle
+-- transaction: a common operations accident). Every fired timer leaves its dead entries at the
+-- head of its shard, exactly where the probe and the pick start reading, so with the horizon
+-- pinned each of their seeks walked every timer fired since: 150 000 dead rows made a probe take
+-- 130-160 ms instead of under 1 ms (2026-12-06, PostgreSQL 15, a snapshot held while 150 000
+-- timers were written and deleted).
+--
+-- A floor per shard skips them: the probe reads each shard from its floor (p_floors, indexed by
+-- shard + 1, epoch milliseconds; NULL reads from the start) and hands back the next floors, per
+-- shard the earlier of its first live row and p_now - p_floor_margin_ms. Every row the probe saw
+-- is at or above its shard's new floor, and a row written later is visible no earlier than its
+-- writer's now (the invariant in 010_timers_schema.sql), so only a write that takes longer than
+-- the margin to commit can land below a floor. The caller reads from the start every so often
+-- (QUEEN_SWEEPER_HEAD_RESCAN_MS), which finds such a row, and anything written by hand, within
+-- that period; a floor never loses a row, it can only delay one.
+DROP FUNCTION IF EXISTS queen.log_timers_due_v1(integer[], timestamptz, integer);
+
+-- The timestamp a floor stands for (NULL: none, read from the start).
+CREATE OR REPLACE FUNCTION queen.head_floor_v1(p_floors bigint[], p_shard integer)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(timestamptz 'epoch' + p_floors[p_shard + 1] * interval '1 millisecond',
+                    timestamptz '-infinity')
+$$;
+
+-- PROBE: {nextInMs, due, dueCapped, lateMs, floors}.
 --   nextInMs  milliseconds until the earliest visible_at (0 when something is due; NULL when the
 --             table is empty), rounded up so that sleeping it never wakes early;
 --   due       rows claimable now, counted up to p_cap; dueCapped when there are more;
---   lateMs    how long the oldest due shard head has been past its deliver_at.
+--   lateMs    how long the oldest due shard head has been past its deliver_at;
+--   floors    with p_floor_margin_ms given, the next head floors: 64 epoch milliseconds, indexed
+--             by shard + 1, NULL for shards not probed.
 -- Cost is fixed by the shard count, not the backlog: one single-row index seek per shard for the
--- heads, and at most p_cap + 1 index entries for the count.
+-- heads, and at most p_cap + 1 index entries for the count (live ones; with floors, the dead
+-- entries skipped are those of the last p_floor_margin_ms).
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(
-    p_shards integer[], p_now timestamptz, p_cap integer
+    p_shards integer[], p_now timestamptz, p_cap integer,
+    p_floors bigint[] DEFAULT NULL, p_floor_margin_ms integer DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
@@ -38,23 +68,48 @@ DECLARE
     v_next timestamptz;
     v_oldest_due_deliver timestamptz;
     v_due bigint;
+    v_head_shards integer[];
+    v_heads timestamptz[];
+    v_head_delivers timestamptz[];
+    v_floors bigint[];
+    v_i integer;
 BEGIN
     PERFORM queen.shards_check_v1('log_timers_due_v1', p_shards);
     IF p_now IS NULL OR p_cap IS NULL OR p_cap < 0 THEN
         RAISE EXCEPTION 'log_timers_due_v1: now must be given and cap must be >= 0 (got now %, cap %)',
             p_now, p_cap USING ERRCODE = '22023';
     END IF;
+    IF p_floors IS NOT NULL AND (array_lower(p_floors, 1) <> 1 OR array_upper(p_floors, 1) <> 64) THEN
+        RAISE EXCEPTION 'log_timers_due_v1: floors must be NULL or 64 elements, one per shard (got %)',
+            coalesce(array_length(p_floors, 1), 0) USING ERRCODE = '22023';
+    END IF;
+    IF p_floor_margin_ms < 0 THEN
+        RAISE EXCEPTION 'log_timers_due_v1: floor_margin_ms must be NULL or >= 0 (got %)', p_floor_margin_ms
+            USING ERRCODE = '22023';
+    END IF;
 
-    SELECT min(h.visible_at), min(h.deliver_at) FILTER (WHERE h.visible_at <= p_now)
-    INTO v_next, v_oldest_due_deliver
+    SELECT array_agg(s.shard), array_agg(h.visible_at), array_agg(h.deliver_at)
+    INTO v_head_shards, v_heads, v_head_delivers
     FROM unnest(p_shards) AS s(shard)
-    CROSS JOIN LATERAL (
+    LEFT JOIN LATERAL (
         SELECT t.visible_at, t.deliver_at
         FROM queen.log_timers t
-        WHERE t.shard = s.shard
+        WHERE t.shard = s.shard AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
         ORDER BY t.visible_at
         LIMIT 1
-    ) AS h;
+    ) AS h ON true;
+    SELECT min(u.visible_at), min(u.deliver_at) FILTER (WHERE u.visible_at <= p_now)
+    INTO v_next, v_oldest_due_deliver
+    FROM unnest(v_heads, v_head_delivers) AS u(visible_at, deliver_at);
+
+    IF p_floor_margin_ms IS NOT NULL THEN
+        -- least() ignores NULL: an empty shard's floor is p_now - margin.
+        v_floors := array_fill(NULL::bigint, ARRAY[64]);
+        FOR v_i IN 1 .. cardinality(v_head_shards) LOOP
+            v_floors[v_head_shards[v_i] + 1] := floor(extract(epoch FROM least(
+                v_heads[v_i], p_now - p_floor_margin_ms * interval '1 millisecond')) * 1000)::bigint;
+        END LOOP;
+    END IF;
 
     SELECT count(*) INTO v_due
     FROM (
@@ -63,6 +118,7 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT 1 FROM queen.log_timers t
             WHERE t.shard = s.shard AND t.visible_at <= p_now
+              AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
             LIMIT p_cap + 1
         ) AS d
         LIMIT p_cap + 1
@@ -75,7 +131,7 @@ BEGIN
         'dueCapped', v_due > p_cap,
         'lateMs', CASE WHEN v_oldest_due_deliver IS NULL THEN 0
                        ELSE greatest(0, floor(extract(epoch FROM p_now - v_oldest_due_deliver) * 1000))::bigint END
-    );
+    ) || CASE WHEN v_floors IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('floors', to_jsonb(v_floors)) END;
 END;
 $$;
 
@@ -108,6 +164,16 @@ $$;
 --
 -- Rows a round locked but did not take (over a tenant's cap or the byte cap) stay locked until
 -- the caller's transaction ends; other brokers skip them for those milliseconds.
+--
+-- p_floors (NULL: none) are the probe's head floors: each shard is read from its floor, past the
+-- dead entries under it (see HEAD FLOORS above).
+--
+-- The fairness round runs only when more rows are due than this pick can take: otherwise the
+-- shard rounds take every due row, every tenant's included, and the round would only cost reads.
+-- Its reads walk each visited tenant's primary-key range from the start, dead entries included,
+-- which no floor can skip; with a snapshot pinned they grow with every timer fired.
+DROP FUNCTION IF EXISTS queen.log_timers_pick_v1(text, integer[], timestamptz, integer, integer, integer, text, bigint, integer);
+
 CREATE OR REPLACE FUNCTION queen.log_timers_pick_v1(
     p_fn text,
     p_shards integer[],
@@ -117,7 +183,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_pick_v1(
     p_fair_tenants integer,
     p_fair_after text,
     p_max_bytes bigint DEFAULT NULL,
-    p_row_overhead integer DEFAULT 0
+    p_row_overhead integer DEFAULT 0,
+    p_floors bigint[] DEFAULT NULL
 ) RETURNS TABLE (
     row_id tid,
     tenant_id text,
@@ -175,7 +242,18 @@ BEGIN
             p_fn, p_max_bytes, p_row_overhead USING ERRCODE = '22023';
     END IF;
 
-    IF p_fair_tenants > 0 THEN
+    IF p_fair_tenants > 0 AND (
+        SELECT count(*) > p_max_rows
+        FROM (SELECT 1
+              FROM unnest(p_shards) AS s(shard)
+              CROSS JOIN LATERAL (
+                  SELECT 1 FROM queen.log_timers t
+                  WHERE t.shard = s.shard AND t.visible_at <= p_now
+                    AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
+                  LIMIT p_max_rows + 1
+              ) AS d
+              LIMIT p_max_rows + 1) AS capped
+    ) THEN
         -- Tenants after the cursor, then from the start (wrapping), by a loose scan of the key.
         WITH RECURSIVE after_cursor AS (
             SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > coalesce(p_fair_after, '')) AS tenant, 1 AS n
@@ -252,6 +330,7 @@ BEGIN
                        octet_length(t.payload)::bigint + octet_length(t.timer_key) + p_row_overhead AS bytes
                 FROM queen.log_timers t
                 WHERE t.shard = s.shard AND t.visible_at <= p_now
+                  AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
                   AND t.tenant_id <> ALL (v_capped)
                   -- SKIP LOCKED skips only other transactions' locks: without this, a later
                   -- round would re-read the rows this pick already locked and count them twice.
@@ -344,6 +423,8 @@ $$;
 
 -- The signature without the fairness round, from before it existed.
 DROP FUNCTION IF EXISTS queen.log_timers_claim_v1(integer[], timestamptz, integer, integer, integer);
+-- The signature without the head floors.
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v1(integer[], timestamptz, integer, integer, integer, integer, text);
 
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     p_shards integer[],
@@ -352,7 +433,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     p_max_rows integer,
     p_per_tenant integer,
     p_fair_tenants integer DEFAULT 0,
-    p_fair_after text DEFAULT NULL
+    p_fair_after text DEFAULT NULL,
+    p_floors bigint[] DEFAULT NULL
 ) RETURNS TABLE (
     tenant_id text,
     queue text,
@@ -390,7 +472,8 @@ BEGIN
     RETURN QUERY
     WITH picked AS MATERIALIZED (
         SELECT * FROM queen.log_timers_pick_v1('log_timers_claim_v1', p_shards, p_now, p_max_rows,
-                                              p_per_tenant, p_fair_tenants, p_fair_after)
+                                              p_per_tenant, p_fair_tenants, p_fair_after,
+                                              p_floors => p_floors)
     ), claimed AS (
         UPDATE queen.log_timers t
         SET claimed_until = p_now + make_interval(secs => p_lease_ms / 1000.0),

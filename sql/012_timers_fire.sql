@@ -179,9 +179,10 @@ BEGIN
         IF array_position(v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n], NULL) IS NULL THEN
             v_live := v_live || v_seg.seg;
         ELSE
-            -- Stale: give back what we still hold of it, visible at once.
+            -- Stale: give back what we still hold of it, visible at once (from p_now, not from
+            -- deliver_at: no write makes a row visible before its own now, see 010).
             UPDATE queen.log_timers t
-            SET claim_token = NULL, claimed_until = NULL
+            SET claim_token = NULL, claimed_until = p_now
             WHERE t.ctid = ANY (v_row_ids[v_seg.start + 1 : v_seg.start + v_seg.n]);
             segment := v_seg.seg; result := 'stale'; timers := v_seg.n; first_offset := NULL;
             RETURN NEXT;

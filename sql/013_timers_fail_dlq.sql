@@ -28,6 +28,12 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_rows integer := coalesce(cardinality(p_timer_keys), 0);
+    v_row_ids tid[] := '{}';
+    v_backoffs integer[] := '{}';
+    v_attempt integer;
+    -- Polls for a row that is ours but locked this instant: 1+2+...+128 ms at most, longer than
+    -- the fire's (a broker under load can take tens of ms to abort the failed call). Not measured.
+    c_busy_retries constant integer := 8;
 BEGIN
     IF cardinality(p_tenants) IS DISTINCT FROM v_rows OR cardinality(p_queues) IS DISTINCT FROM v_rows
        OR cardinality(p_tokens) IS DISTINCT FROM v_rows OR cardinality(p_backoff_ms) IS DISTINCT FROM v_rows THEN
@@ -41,28 +47,49 @@ BEGIN
             p_max_attempts USING ERRCODE = '22023';
     END IF;
 
+    -- Lock the rows still held with our token, skipping any another transaction has locked. A row
+    -- that is ours but locked this instant is polled for briefly, as the fire does: almost always
+    -- it is the failed call's own transaction, whose error reached the broker before its locks
+    -- were released (PostgreSQL sends the error, then aborts), or a concurrent claim's recheck.
+    -- Skipping it would leave it held, by a live broker, until its lease ran out.
+    FOR v_attempt IN 0 .. c_busy_retries LOOP
+        IF v_attempt > 0 THEN
+            PERFORM pg_sleep(0.001 * (1 << (v_attempt - 1)));
+        END IF;
+        SELECT v_row_ids || coalesce(array_agg(h.row_id), '{}'), v_backoffs || coalesce(array_agg(h.backoff_ms), '{}')
+        INTO v_row_ids, v_backoffs
+        FROM (
+            SELECT t.ctid AS row_id, w.backoff_ms
+            FROM unnest(p_tenants, p_queues, p_timer_keys, p_tokens, p_backoff_ms)
+                AS w(tenant_id, queue, timer_key, token, backoff_ms)
+            JOIN queen.log_timers t
+              ON t.tenant_id = w.tenant_id AND t.queue = w.queue AND t.timer_key = w.timer_key
+            WHERE t.claim_token = w.token AND t.ctid <> ALL (v_row_ids)
+            FOR UPDATE OF t SKIP LOCKED
+        ) AS h;
+        EXIT WHEN NOT EXISTS (
+            SELECT 1
+            FROM unnest(p_tenants, p_queues, p_timer_keys, p_tokens) AS w(tenant_id, queue, timer_key, token)
+            JOIN queen.log_timers t
+              ON t.tenant_id = w.tenant_id AND t.queue = w.queue AND t.timer_key = w.timer_key
+            WHERE t.claim_token = w.token AND t.ctid <> ALL (v_row_ids));
+    END LOOP;
+
     RETURN QUERY
-    WITH wanted AS (
-        SELECT * FROM unnest(p_tenants, p_queues, p_timer_keys, p_tokens, p_backoff_ms)
-            AS w(tenant_id, queue, timer_key, token, backoff_ms)
-    ), held AS (
-        SELECT t.tenant_id, t.queue, t.timer_key, w.backoff_ms,
-               t.attempts + CASE WHEN p_transient THEN 0 ELSE 1 END AS next_attempts
-        FROM queen.log_timers t
-        JOIN wanted w ON t.tenant_id = w.tenant_id AND t.queue = w.queue AND t.timer_key = w.timer_key
-        WHERE t.claim_token = w.token
-        FOR UPDATE OF t SKIP LOCKED
+    WITH held AS (
+        SELECT h.row_id, h.backoff_ms
+        FROM unnest(v_row_ids, v_backoffs) AS h(row_id, backoff_ms)
     ), updated AS (
         UPDATE queen.log_timers t
-        SET attempts = h.next_attempts,
+        SET attempts = t.attempts + CASE WHEN p_transient THEN 0 ELSE 1 END,
             last_error = CASE WHEN p_transient THEN t.last_error ELSE left(p_error, 2000) END,
-            claim_token = CASE WHEN h.next_attempts >= p_max_attempts AND NOT p_transient
+            claim_token = CASE WHEN t.attempts + 1 >= p_max_attempts AND NOT p_transient
                                THEN t.claim_token ELSE NULL END,
-            claimed_until = CASE WHEN h.next_attempts >= p_max_attempts AND NOT p_transient
+            claimed_until = CASE WHEN t.attempts + 1 >= p_max_attempts AND NOT p_transient
                                  THEN t.claimed_until
                                  ELSE p_now + make_interval(secs => h.backoff_ms / 1000.0) END
         FROM held h
-        WHERE t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+        WHERE t.ctid = h.row_id
         RETURNING t.tenant_id, t.queue, t.timer_key, t.attempts,
                   (t.claim_token IS NOT NULL) AS exhausted
     )

@@ -139,10 +139,12 @@ BEGIN
             v_message_id := gen_random_uuid();
             v_status := NULL;
             FOR v_attempt IN 1..c_insert_attempts LOOP
+                -- A delivery already past is visible from p_now, not before (see 010).
                 INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,
-                                              message_id, payload, created_at)
+                                              message_id, payload, created_at, claimed_until)
                 VALUES (p_tenant, v_op->>'queue', v_op->>'timerKey', coalesce(v_op->>'partition', 'default'),
-                        v_deliver_at, coalesce(v_op->>'txn', v_message_id::text), v_message_id, v_payload, p_now)
+                        v_deliver_at, coalesce(v_op->>'txn', v_message_id::text), v_message_id, v_payload, p_now,
+                        CASE WHEN v_deliver_at < p_now THEN p_now END)
                 ON CONFLICT (tenant_id, queue, timer_key) DO NOTHING;
                 GET DIAGNOSTICS v_inserted = ROW_COUNT;
                 IF v_inserted > 0 THEN
@@ -188,7 +190,8 @@ BEGIN
                     payload = coalesce(v_payload, t.payload),
                     partition = coalesce(v_op->>'partition', CASE WHEN v_kind = 'schedule' THEN 'default' END, t.partition),
                     txn = coalesce(v_op->>'txn', t.txn),
-                    attempts = 0, last_error = NULL, claim_token = NULL, claimed_until = NULL
+                    attempts = 0, last_error = NULL, claim_token = NULL,
+                    claimed_until = CASE WHEN v_deliver_at < p_now THEN p_now END
                 WHERE t.tenant_id = p_tenant AND t.queue = v_row.queue AND t.timer_key = v_row.timer_key;
                 v_status := 'rescheduled';
                 v_message_id := v_row.message_id;

@@ -18,6 +18,9 @@
 -- Returns one row per destination: how many timers it fired, the offset of its first message,
 -- each timer's lateness at the take (ms, in write order), and the tenant the fairness round ended
 -- at (the same on every row; NULL without a round).
+-- The signature without the head floors (p_floors: the probe's, see 011_timers_probe_claim.sql).
+DROP FUNCTION IF EXISTS queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer);
+
 CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
     p_shards integer[],
     p_now timestamptz,
@@ -26,7 +29,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
     p_fair_tenants integer,
     p_fair_after text,
     p_max_bytes bigint,
-    p_row_overhead integer
+    p_row_overhead integer,
+    p_floors bigint[] DEFAULT NULL
 ) RETURNS TABLE (
     tenant_id text,
     queue text,
@@ -58,7 +62,7 @@ BEGIN
     END IF;
     SELECT array_agg(p.row_id), max(p.fair_next) INTO v_ctids, v_fair_next
     FROM queen.log_timers_pick_v1('log_timers_take_v1', p_shards, p_now, p_max_rows, p_per_tenant,
-                                  p_fair_tenants, p_fair_after, p_max_bytes, p_row_overhead) AS p;
+                                  p_fair_tenants, p_fair_after, p_max_bytes, p_row_overhead, p_floors) AS p;
     IF v_ctids IS NULL THEN
         RETURN;
     END IF;

@@ -17,8 +17,13 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT p_value IS DISTINCT FROM 'false'::jsonb
 $$;
 
+-- p_floors and p_floor_margin_ms are the timers' head floors (011_timers_probe_claim.sql): the
+-- floors to read from, and the margin of the next ones (NULL: read from the start, hand none back).
+DROP FUNCTION IF EXISTS queen.sweeper_probe_v1(integer[], timestamptz, integer, integer);
+
 CREATE OR REPLACE FUNCTION queen.sweeper_probe_v1(
-    p_shards integer[], p_now timestamptz, p_due_cap integer, p_kv_cap integer
+    p_shards integer[], p_now timestamptz, p_due_cap integer, p_kv_cap integer,
+    p_floors bigint[] DEFAULT NULL, p_floor_margin_ms integer DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
@@ -31,7 +36,7 @@ BEGIN
     IF p_kv_cap IS NULL OR p_kv_cap < 0 THEN
         RAISE EXCEPTION 'sweeper_probe_v1: kv_cap must be >= 0 (got %)', p_kv_cap USING ERRCODE = '22023';
     END IF;
-    v_probe := queen.log_timers_due_v1(p_shards, p_now, p_due_cap) || jsonb_build_object(
+    v_probe := queen.log_timers_due_v1(p_shards, p_now, p_due_cap, p_floors, p_floor_margin_ms) || jsonb_build_object(
         'scheduleEnabled', queen.switch_on_v1(queen.system_state_get_v1('timers_schedule_enabled')),
         'fireEnabled', queen.switch_on_v1(queen.system_state_get_v1('timers_fire_enabled')));
     IF p_kv_cap > 0 THEN

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::floors::FloorPolicy;
 
 /// Prefixes of the variables this module owns; an unknown variable under them is a typo and an
 /// error (a misspelt knob silently keeping its default is how a guess outlives its fix).
@@ -72,6 +73,8 @@ pub mod knob {
             "failed fires (not counting transient ones) before a timer goes to the DLQ";
         FIRE_TAKE = "QUEEN_SWEEPER_FIRE_TAKE", 1, [0, 1],
             "1: each batch is taken, fired and deleted in one transaction; 0: each batch is claimed with a lease, then fired (the seed's two-phase path, kept to compare)";
+        HEAD_RESCAN_MS = "QUEEN_SWEEPER_HEAD_RESCAN_MS", 30_000, [0, HOUR_MS],
+            "the probe reads every shard from its start this often, and from its head floor in between (past the dead rows a held snapshot keeps); 0: always from the start";
         KV_EXPIRE_EVERY_MS = "QUEEN_KV_EXPIRE_EVERY_MS", 1_000, [1, 24 * HOUR_MS],
             "cadence of the KV prune";
         KV_EXPIRE_BATCH = "QUEEN_KV_EXPIRE_BATCH", 1_000, [1, 1_000_000],
@@ -109,6 +112,8 @@ pub struct Config {
     /// `QUEEN_SWEEPER_FIRE_TAKE`: batches are taken in one transaction (true) or claimed with a
     /// lease, then fired (false).
     pub fire_take: bool,
+    /// `QUEEN_SWEEPER_HEAD_RESCAN_MS`.
+    pub head_rescan_ms: u64,
     /// `QUEEN_KV_EXPIRE_EVERY_MS`.
     pub kv_expire_every_ms: u64,
     /// `QUEEN_KV_EXPIRE_BATCH`.
@@ -194,6 +199,7 @@ impl Config {
             statement_timeout_ms: value(&knob::STATEMENT_TIMEOUT_MS),
             max_attempts: narrow(&knob::MAX_ATTEMPTS),
             fire_take: value(&knob::FIRE_TAKE) == 1,
+            head_rescan_ms: value(&knob::HEAD_RESCAN_MS),
             kv_expire_every_ms: value(&knob::KV_EXPIRE_EVERY_MS),
             kv_expire_batch: narrow(&knob::KV_EXPIRE_BATCH),
             kv_usage_every_ms: value(&knob::KV_USAGE_EVERY_MS),
@@ -226,6 +232,7 @@ impl Config {
             (&knob::STATEMENT_TIMEOUT_MS, self.statement_timeout_ms),
             (&knob::MAX_ATTEMPTS, u64::from(self.max_attempts)),
             (&knob::FIRE_TAKE, u64::from(self.fire_take)),
+            (&knob::HEAD_RESCAN_MS, self.head_rescan_ms),
             (&knob::KV_EXPIRE_EVERY_MS, self.kv_expire_every_ms),
             (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
             (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
@@ -300,6 +307,15 @@ impl Config {
     /// The server-side statement timeout.
     pub fn statement_timeout(&self) -> Duration {
         Duration::from_millis(self.statement_timeout_ms)
+    }
+
+    /// The head floors' policy: rescan every `QUEEN_SWEEPER_HEAD_RESCAN_MS` (0: no floors), with
+    /// the statement timeout as the margin (no write is expected to take longer to commit).
+    pub fn head_floors(&self) -> FloorPolicy {
+        FloorPolicy {
+            rescan: (self.head_rescan_ms > 0).then(|| Duration::from_millis(self.head_rescan_ms)),
+            margin: self.statement_timeout(),
+        }
     }
 
     /// The prune's cadence.

@@ -9,6 +9,7 @@
 //! | `types` | the domain types the port and the seam carry (a leaf: it imports no other module) |
 //! | `port` | the port to PostgreSQL: [`Store`] for the cycle, [`TimerTx`] for the seam |
 //! | `pg` | the port over PostgreSQL with sqlx: [`PgStore`], [`PgTimerTx`] |
+//! | `floors` | the probe's head floors, past the dead rows a held snapshot keeps (the `pg` store's) |
 //! | `cycle` | the loop: probe, drain, sub-clocks, sleep; [`Form`] and its [`Shipped`] form |
 //! | `drain` | phase B: the pass and its budgets; its byte-capped plan, its fire, its failure policy |
 //! | `subclock` | phase C: the usage rollup and the KV prune on their own gates; shedding; off on class 42 |
@@ -36,6 +37,7 @@ mod config;
 mod cycle;
 mod drain;
 mod error;
+mod floors;
 mod metrics;
 mod pg;
 mod port;
@@ -61,6 +63,7 @@ pub use drain::failure::{
 pub use drain::plan::{ROW_OVERHEAD_BYTES, fire_bytes, plan_fire_calls};
 pub use drain::{DrainLimits, DrainReport, DrainStop, Drainer};
 pub use error::{Error, Result, Source};
+pub use floors::{FloorPolicy, Floors, HeadFloors, ProbeFloors};
 pub use metrics::{ClassLabel, KindLabel, Metrics, PhaseLabel, ResultLabel, SkipLabel};
 pub use pg::{
     CLIENT_CHECK_INTERVAL, CLIENT_GRACE, PgStore, PgTimerTx, connect_options, database_error,

@@ -9,6 +9,7 @@
 //! statement runs, aborts the statement. Either way the caller gets a transient error.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -20,6 +21,7 @@ use uuid::Uuid;
 use crate::admission::{Maintenance, Slot};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::floors::{FloorPolicy, Floors, HeadFloors};
 use crate::port::{Store, TimerTx};
 use crate::types::{
     ApplyResult, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep, ExpiredKv,
@@ -78,6 +80,7 @@ pub struct PgStore {
     pool: PgPool,
     client_timeout: Duration,
     statement_timeout: Duration,
+    floors: Arc<HeadFloors>,
 }
 
 impl PgStore {
@@ -110,16 +113,32 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| database_error(e, "connecting to the database"))?;
-        Ok(PgStore::from_pool(pool, config.statement_timeout()))
+        Ok(PgStore::from_pool(pool, config.statement_timeout())
+            .with_head_floors(config.head_floors()))
     }
 
     /// Wraps an existing pool. Its connections should carry `statement_timeout` (see
     /// [`connect_options`]); the client-side timeout applies either way.
+    /// The head floors are the default configuration's ([`Config::head_floors`]) with
+    /// `statement_timeout` as their margin.
     pub fn from_pool(pool: PgPool, statement_timeout: Duration) -> PgStore {
+        let floors = FloorPolicy {
+            margin: statement_timeout,
+            ..Config::default().head_floors()
+        };
         PgStore {
             pool,
             client_timeout: statement_timeout + CLIENT_GRACE,
             statement_timeout,
+            floors: Arc::new(HeadFloors::new(floors)),
+        }
+    }
+
+    /// The same pool with fresh head floors under `policy` (see [`crate::HeadFloors`]).
+    pub fn with_head_floors(self, policy: FloorPolicy) -> PgStore {
+        PgStore {
+            floors: Arc::new(HeadFloors::new(policy)),
+            ..self
         }
     }
 
@@ -192,6 +211,7 @@ struct ProbeJson {
     kv_expired: Option<i64>,
     kv_expired_capped: Option<bool>,
     kv_lag_ms: Option<i64>,
+    floors: Option<Floors>,
 }
 
 #[derive(Deserialize)]
@@ -310,18 +330,24 @@ impl Store for PgStore {
             clamp_i32(u64::from(request.due_cap)),
             clamp_i32(u64::from(request.kv_cap)),
         );
+        let sent = self.floors.for_probe(crate::clock::tokio_now());
+        let (read_from, margin_ms) = (sent.read_from.clone(), sent.margin_ms);
         let value: serde_json::Value = self
             .call("probe", move |c| {
                 Box::pin(
-                    sqlx::query_scalar("SELECT queen.sweeper_probe_v1($1, now(), $2, $3)")
+                    sqlx::query_scalar("SELECT queen.sweeper_probe_v1($1, now(), $2, $3, $4, $5)")
                         .bind(shards)
                         .bind(due_cap)
                         .bind(kv_cap)
+                        .bind(read_from)
+                        .bind(margin_ms)
                         .fetch_one(c),
                 )
             })
             .await?;
-        let probe: ProbeJson = decode_json(value, "probe")?;
+        let mut probe: ProbeJson = decode_json(value, "probe")?;
+        self.floors
+            .probed(&sent, probe.floors.take(), crate::clock::tokio_now());
         let kv_expired = match (probe.kv_expired, probe.kv_expired_capped, probe.kv_lag_ms) {
             (Some(expired), Some(capped), Some(lag_ms)) => Some(ExpiredKv {
                 expired: non_negative(expired),
@@ -354,13 +380,14 @@ impl Store for PgStore {
             clamp_i32(u64::from(request.max_rows)),
             clamp_i32(u64::from(request.per_tenant)),
         );
+        let floors = self.floors.for_pick();
         let rows = self
             .call("claim", move |c| {
                 Box::pin(
                     sqlx::query(
                         "SELECT tenant_id, queue, timer_key, partition, claim_token, attempts, late_ms, \
                                 octet_length(payload)::bigint, fair_next \
-                         FROM queen.log_timers_claim_v1($1, now(), $2, $3, $4, $5, $6)",
+                         FROM queen.log_timers_claim_v1($1, now(), $2, $3, $4, $5, $6, $7)",
                     )
                     .bind(shards)
                     .bind(lease)
@@ -368,6 +395,7 @@ impl Store for PgStore {
                     .bind(per_tenant)
                     .bind(clamp_i32(u64::from(fair_tenants)))
                     .bind(fair_after)
+                    .bind(floors)
                     .fetch_all(c),
                 )
             })
@@ -407,12 +435,13 @@ impl Store for PgStore {
         );
         let max_bytes = i64::try_from(request.max_bytes).unwrap_or(i64::MAX);
         let row_overhead = clamp_i32(request.row_overhead);
+        let floors = self.floors.for_pick();
         let rows = self
             .call("take", move |c| {
                 Box::pin(
                     sqlx::query(
                         "SELECT tenant_id, queue, partition, first_offset, late_ms, fair_next \
-                         FROM queen.log_timers_take_v1($1, now(), $2, $3, $4, $5, $6, $7)",
+                         FROM queen.log_timers_take_v1($1, now(), $2, $3, $4, $5, $6, $7, $8)",
                     )
                     .bind(shards)
                     .bind(max_rows)
@@ -421,6 +450,7 @@ impl Store for PgStore {
                     .bind(fair_after)
                     .bind(max_bytes)
                     .bind(row_overhead)
+                    .bind(floors)
                     .fetch_all(c),
                 )
             })

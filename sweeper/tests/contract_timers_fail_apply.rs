@@ -479,6 +479,49 @@ async fn a_transient_failure_spends_no_attempt_and_a_permanent_one_spends_one_an
     assert_eq!(p.last_error.as_deref(), Some("payload rejected: 422"));
 }
 
+/// The failed call's own transaction can still hold its rows when the broker records the
+/// failure: PostgreSQL sends the error before it aborts, and the record runs on another
+/// connection. Skipping those rows left a live broker's timers held for the whole lease (issue 18's
+/// stranded claims, seen in CI at 5d85929); the record waits the lock out briefly instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_of_a_failure_waits_out_a_lock_held_a_moment_on_its_rows() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let t0 = server_now(pool).await;
+    schedule(pool, "tenant-a", "q", "k", -1_000, "AQ==", t0).await;
+    let held = claim_one(pool, t0).await.held();
+
+    let mut locker = db.connection().await;
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM queen.log_timers FOR UPDATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut locker)
+            .await
+            .unwrap();
+    });
+    let recorded = fail(
+        pool,
+        std::slice::from_ref(&held),
+        Failure::Transient("connection reset"),
+        0,
+        5,
+        t0,
+    )
+    .await;
+    release.await.unwrap();
+    assert_eq!(
+        recorded,
+        [("tenant-a".into(), "q".into(), "k".into(), 0, false)],
+        "the row locked for 40 ms is recorded, not skipped"
+    );
+    let row = existing_row(pool, "tenant-a", "q", "k").await;
+    assert_eq!(row.claim_token, None, "released: {row:?}");
+}
+
 #[tokio::test]
 async fn a_row_in_backoff_is_invisible_to_the_claim_until_its_backoff_has_passed() {
     let db = TestDb::new().await;

@@ -76,7 +76,7 @@ async fn applying_twice_to_a_fresh_database_leaves_an_identical_catalogue() {
         "column kv.key text notnull=t generated= identity= expression= collation=default",
         "index CREATE INDEX log_timers_shard_visible_idx ON queen.log_timers USING btree (shard, visible_at)",
         "index CREATE INDEX kv_shard_expires_idx ON queen.kv USING btree (shard, expires_at) WHERE (expires_at IS NOT NULL)",
-        "function log_timers_claim_v1(p_shards integer[], p_now timestamp with time zone, p_lease_ms integer, p_max_rows integer, p_per_tenant integer, p_fair_tenants integer, p_fair_after text)",
+        "function log_timers_claim_v1(p_shards integer[], p_now timestamp with time zone, p_lease_ms integer, p_max_rows integer, p_per_tenant integer, p_fair_tenants integer, p_fair_after text, p_floors bigint[])",
         "function kv_live_v1(p_expires_at timestamp with time zone, p_now timestamp with time zone) returns boolean volatility=i language=sql",
     ] {
         assert!(first.contains(fact), "snapshot lacks {fact:?}:\n{first}");

@@ -165,15 +165,18 @@ pub const FAIR_PEEK_ROWS: usize = 64;
 
 /// CLAIM, fairness round: one due row from each of up to `tenants` tenants in key order after
 /// `after` (wrapping), looked for among the first [`FAIR_PEEK_ROWS`] of each tenant's key range.
-/// Returns the locked rows and the last tenant visited.
+/// Returns the locked rows and the last tenant visited. As in the SQL, the round runs only when
+/// more than `max_rows` rows of `shards` are due (locked or not): otherwise the shard rounds take
+/// every due row, and the round would only cost reads.
 pub fn claim_fair(
     t: &mut Tables,
     txn: u64,
     now: Us,
+    (shards, max_rows): (&[u8], u32),
     tenants: u32,
     after: Option<&str>,
 ) -> (Vec<(TimerKey, Us)>, Option<String>) {
-    if tenants == 0 {
+    if tenants == 0 || !more_due_than(t, shards, now, max_rows as usize) {
         return (Vec::new(), None);
     }
     let visit = fair_round_tenants(t, tenants as usize, after);
@@ -187,6 +190,20 @@ pub fn claim_fair(
         }
     }
     (picked, visit.last().cloned())
+}
+
+/// Whether more than `n` rows of `shards` are due at `now`, whoever holds them.
+fn more_due_than(t: &Tables, shards: &[u8], now: Us, n: usize) -> bool {
+    shards
+        .iter()
+        .flat_map(|&shard| {
+            t.index
+                .range((shard, 0, min_key())..)
+                .take_while(move |(s, visible_at, _)| *s == shard && *visible_at <= now)
+        })
+        .take(n + 1)
+        .count()
+        > n
 }
 
 /// The tenants a fairness round visits: up to `tenants` of them in key order after `after`, then
@@ -368,13 +385,13 @@ pub fn fire_lock(t: &mut Tables, txn: u64, rows: &[(TimerKey, Uuid)], states: &m
     }
 }
 
-/// FIRE, stale segment: gives back the rows this fire holds, visible at once.
-pub fn release_stale(t: &mut Tables, rows: &[(TimerKey, Uuid)], states: &[RowState]) {
+/// FIRE, stale segment: gives back the rows this fire holds, visible at once (from `now`).
+pub fn release_stale(t: &mut Tables, rows: &[(TimerKey, Uuid)], states: &[RowState], now: Us) {
     for (i, (key, _)) in rows.iter().enumerate() {
         if states[i] == RowState::Held {
             t.update_timer(key, |row| {
                 row.token = None;
-                row.claimed_until = None;
+                row.claimed_until = Some(now);
             });
         }
     }
@@ -676,12 +693,15 @@ fn apply_op(
                 |r| r.message_id,
             );
             let deliver_at = shift(now, *delay_ms);
-            let row = scheduled(
-                message_id,
-                deliver_at,
-                payload,
-                partition.as_deref(),
-                op_txn.as_deref(),
+            let row = visible_from_now(
+                scheduled(
+                    message_id,
+                    deliver_at,
+                    payload,
+                    partition.as_deref(),
+                    op_txn.as_deref(),
+                ),
+                now,
             );
             staged.push(Staged::Put(key.clone(), row.clone()));
             let status = if existing.is_some() {
@@ -702,17 +722,29 @@ fn apply_op(
             Some(row),
         ) => {
             let deliver_at = shift(now, *delay_ms);
-            let row = rescheduled(
-                row,
-                deliver_at,
-                payload.as_ref(),
-                partition.as_deref(),
-                op_txn.as_deref(),
+            let row = visible_from_now(
+                rescheduled(
+                    row,
+                    deliver_at,
+                    payload.as_ref(),
+                    partition.as_deref(),
+                    op_txn.as_deref(),
+                ),
+                now,
             );
             staged.push(Staged::Put(key.clone(), row.clone()));
             (ApplyStatus::Rescheduled, Some(row))
         }
     }
+}
+
+/// A row whose delivery is already past is visible from `now`, not before, as the SQL writes it:
+/// no write makes a row visible before its own now (the sweeper's head floors rely on it).
+fn visible_from_now(mut row: TimerRow, now: Us) -> TimerRow {
+    if row.deliver_at < now {
+        row.claimed_until = Some(now);
+    }
+    row
 }
 
 /// The row a schedule writes: a fresh row (no attempts, in no sweeper's hands) that keeps the

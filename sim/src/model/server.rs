@@ -319,6 +319,7 @@ async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&
             t,
             txn,
             now,
+            (shards, limits.max_rows),
             limits.fair_tenants.min(limits.max_rows),
             fair_after,
         );
@@ -660,7 +661,7 @@ fn commit_fire(
                 ops::fire_commit_segment(t, &segment.destination, &rows[i], now, host);
             SegmentResult::Fired { first_offset }
         } else {
-            ops::release_stale(t, &rows[i], &states[i]);
+            ops::release_stale(t, &rows[i], &states[i], now);
             SegmentResult::Stale
         };
         t.segments.push(super::state::SegmentEvent {

@@ -66,11 +66,17 @@ fn lock(t: &mut Tables, request: &TakeRequest, now: Us) -> (u64, Picked, Option<
         .fair
         .as_ref()
         .map_or((0, None), |f| (f.tenants, f.after.as_deref()));
-    let (mut picked, fair_next) =
-        ops::claim_fair(t, txn, now, fair_tenants.min(request.max_rows), fair_after);
+    let shards = request.shards.as_slice();
+    let (mut picked, fair_next) = ops::claim_fair(
+        t,
+        txn,
+        now,
+        (shards, request.max_rows),
+        fair_tenants.min(request.max_rows),
+        fair_after,
+    );
     let remaining = request.max_rows - picked.len() as u32;
     if remaining > 0 {
-        let shards = request.shards.as_slice();
         let more = ops::claim_lock(t, txn, shards, now, remaining, request.per_tenant, &picked);
         picked.extend(more);
     }

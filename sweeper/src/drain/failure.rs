@@ -167,7 +167,18 @@ impl<S: Store> Drainer<'_, S> {
             let result = self.store.fail(&slot, request).await;
             drop(slot);
             let error = match result {
-                Ok(outcomes) => return Some(outcomes),
+                Ok(outcomes) => {
+                    if outcomes.len() < request.rows.len() {
+                        // The record skips rows it does not hold with the token, or finds
+                        // locked this instant (SKIP LOCKED): those wait out their lease.
+                        tracing::warn!(
+                            recorded = outcomes.len(),
+                            failed = request.rows.len(),
+                            "some failed timers were not recorded (no longer held under this broker's token, or locked this instant); the lease returns them"
+                        );
+                    }
+                    return Some(outcomes);
+                }
                 Err(error) => error,
             };
             self.metrics.failed(error.class());
