@@ -127,6 +127,7 @@
 -- [not measured] QUEEN_SWEEPER_MAX_ATTEMPTS = 5: failed fires before a timer goes to the DLQ.
 -- [not measured] QUEEN_SWEEPER_FIRE_TAKE = 1: each batch taken, fired and deleted in one transaction (the fire, version 2); 0 claims with a lease and fires by token (the seed's two-phase path), kept to compare.
 -- [not measured] QUEEN_SWEEPER_HEAD_RESCAN_MS = 30000: how often the probe reads every shard from its start instead of from its head floor (011_timers_probe_claim.sql); the longest a row a floor hid (written by hand, or by a write slower than the statement timeout) waits. A held snapshot made a full read cost 130-160 ms at 150 000 dead rows (2026-12-06), so 30 s keeps that under 1% of a connection.
+-- [not measured] QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS = 1000: how far a head floor stays below the probe's now; a schedule's transaction is milliseconds long, and one slower than this waits at most for the next read from the start. Every floored read walks the dead entries of this many milliseconds of fired timers under a held snapshot (at 5 000 ms, 2 500 entries a read at 500 timers/s).
 --
 -- API LIMITS (queen-sweeper serve; sweeper/broker/src/api/config.rs)
 -- [not measured] QUEEN_TIMERS_MAX_PAYLOAD_BYTES = 262144: one timer's payload; SQS's familiar bound, far under one 8 MiB fire.

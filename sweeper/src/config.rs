@@ -75,6 +75,8 @@ pub mod knob {
             "1: each batch is taken, fired and deleted in one transaction; 0: each batch is claimed with a lease, then fired (the seed's two-phase path, kept to compare)";
         HEAD_RESCAN_MS = "QUEEN_SWEEPER_HEAD_RESCAN_MS", 30_000, [0, HOUR_MS],
             "the probe reads every shard from its start this often, and from its head floor in between (past the dead rows a held snapshot keeps); 0: always from the start";
+        HEAD_FLOOR_MARGIN_MS = "QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS", 1_000, [0, HOUR_MS],
+            "a head floor stays this far below the probe's now: a write slower than this to commit may wait for the next read from the start";
         KV_EXPIRE_EVERY_MS = "QUEEN_KV_EXPIRE_EVERY_MS", 1_000, [1, 24 * HOUR_MS],
             "cadence of the KV prune";
         KV_EXPIRE_BATCH = "QUEEN_KV_EXPIRE_BATCH", 1_000, [1, 1_000_000],
@@ -114,6 +116,8 @@ pub struct Config {
     pub fire_take: bool,
     /// `QUEEN_SWEEPER_HEAD_RESCAN_MS`.
     pub head_rescan_ms: u64,
+    /// `QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS`.
+    pub head_floor_margin_ms: u64,
     /// `QUEEN_KV_EXPIRE_EVERY_MS`.
     pub kv_expire_every_ms: u64,
     /// `QUEEN_KV_EXPIRE_BATCH`.
@@ -200,6 +204,7 @@ impl Config {
             max_attempts: narrow(&knob::MAX_ATTEMPTS),
             fire_take: value(&knob::FIRE_TAKE) == 1,
             head_rescan_ms: value(&knob::HEAD_RESCAN_MS),
+            head_floor_margin_ms: value(&knob::HEAD_FLOOR_MARGIN_MS),
             kv_expire_every_ms: value(&knob::KV_EXPIRE_EVERY_MS),
             kv_expire_batch: narrow(&knob::KV_EXPIRE_BATCH),
             kv_usage_every_ms: value(&knob::KV_USAGE_EVERY_MS),
@@ -233,6 +238,7 @@ impl Config {
             (&knob::MAX_ATTEMPTS, u64::from(self.max_attempts)),
             (&knob::FIRE_TAKE, u64::from(self.fire_take)),
             (&knob::HEAD_RESCAN_MS, self.head_rescan_ms),
+            (&knob::HEAD_FLOOR_MARGIN_MS, self.head_floor_margin_ms),
             (&knob::KV_EXPIRE_EVERY_MS, self.kv_expire_every_ms),
             (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
             (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
@@ -309,12 +315,12 @@ impl Config {
         Duration::from_millis(self.statement_timeout_ms)
     }
 
-    /// The head floors' policy: rescan every `QUEEN_SWEEPER_HEAD_RESCAN_MS` (0: no floors), with
-    /// the statement timeout as the margin (no write is expected to take longer to commit).
+    /// The head floors' policy: rescan every `QUEEN_SWEEPER_HEAD_RESCAN_MS` (0: no floors), each
+    /// floor at least `QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS` below the probe's now.
     pub fn head_floors(&self) -> FloorPolicy {
         FloorPolicy {
             rescan: (self.head_rescan_ms > 0).then(|| Duration::from_millis(self.head_rescan_ms)),
-            margin: self.statement_timeout(),
+            margin: Duration::from_millis(self.head_floor_margin_ms),
         }
     }
 

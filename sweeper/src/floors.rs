@@ -27,8 +27,10 @@ pub type Floors = Vec<Option<i64>>;
 pub struct FloorPolicy {
     /// How often the probe reads from the start; `None` always does (no floors).
     pub rescan: Option<Duration>,
-    /// How far below the probe's now a floor stays at most: the longest a write is expected to
-    /// take to commit (the statement timeout).
+    /// How far below the probe's now a floor stays at least: the longest a write is expected to
+    /// take to commit. A write slower than that may land under a floor and wait for the next
+    /// read from the start; a longer margin costs every floored read the dead entries of that
+    /// many milliseconds of fired timers.
     pub margin: Duration,
 }
 

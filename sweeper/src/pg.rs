@@ -119,18 +119,13 @@ impl PgStore {
 
     /// Wraps an existing pool. Its connections should carry `statement_timeout` (see
     /// [`connect_options`]); the client-side timeout applies either way.
-    /// The head floors are the default configuration's ([`Config::head_floors`]) with
-    /// `statement_timeout` as their margin.
+    /// The head floors are the default configuration's ([`Config::head_floors`]).
     pub fn from_pool(pool: PgPool, statement_timeout: Duration) -> PgStore {
-        let floors = FloorPolicy {
-            margin: statement_timeout,
-            ..Config::default().head_floors()
-        };
         PgStore {
             pool,
             client_timeout: statement_timeout + CLIENT_GRACE,
             statement_timeout,
-            floors: Arc::new(HeadFloors::new(floors)),
+            floors: Arc::new(HeadFloors::new(Config::default().head_floors())),
         }
     }
 
