@@ -347,8 +347,10 @@ async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_header
     let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
     let waited = started.elapsed();
     assert!(closed.is_ok(), "the connection was still open after 5 s");
+    // The server's timer starts at accept, a little before this test's clock (CI at 5a174c7 saw
+    // 299.9 ms); well short of 300 ms would be a close before the timeout.
     assert!(
-        waited >= Duration::from_millis(300),
+        waited >= Duration::from_millis(250),
         "closed after {waited:?}, before the header read timeout"
     );
     // Too short a timeout to leave a second of idle time: each answer closes its connection, so no
