@@ -25,8 +25,8 @@ $$;
 -- transaction: a common operations accident). Every fired timer leaves its dead entries at the
 -- head of its shard, exactly where the probe and the pick start reading, so with the horizon
 -- pinned each of their seeks walked every timer fired since: 150 000 dead rows made a probe take
--- 130-160 ms instead of under 1 ms (2026-12-06, PostgreSQL 15, a snapshot held while 150 000
--- timers were written and deleted).
+-- 128-164 ms instead of under 1 ms (by hand at 8dbe3d7, PostgreSQL 15, a snapshot held while
+-- 150 000 timers were written and deleted: reports/faults/2026-12-06-2c-24g-pg15/head-floors/by-hand.md).
 --
 -- A floor per shard skips them: the probe reads each shard from its floor (p_floors, indexed by
 -- shard + 1, epoch milliseconds; NULL reads from the start) and hands back the next floors, per
@@ -35,7 +35,9 @@ $$;
 -- writer's now (the invariant in 010_timers_schema.sql), so only a write that takes longer than
 -- the margin to commit can land below a floor. The caller reads from the start every so often
 -- (QUEEN_SWEEPER_HEAD_RESCAN_MS), which finds such a row, and anything written by hand, within
--- that period; a floor never loses a row, it can only delay one.
+-- that period; a floor never loses a row, it can only delay one. A writer that inserts rows
+-- itself (tests, the soak's backlogs) follows the same rule: a past deliver_at gets
+-- claimed_until = now().
 DROP FUNCTION IF EXISTS queen.log_timers_due_v1(integer[], timestamptz, integer);
 
 -- The timestamp a floor stands for (NULL: none, read from the start).
@@ -44,6 +46,28 @@ RETURNS timestamptz
 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(timestamptz 'epoch' + p_floors[p_shard + 1] * interval '1 millisecond',
                     timestamptz '-infinity')
+$$;
+
+-- Due rows of p_shards at p_now (visible_at <= p_now, read from each shard's floor), counted up to
+-- p_limit: at most p_limit live index entries are read, whatever the backlog. Rows other
+-- transactions hold count too. The probe's count and the pick's fairness gate.
+CREATE OR REPLACE FUNCTION queen.log_timers_due_upto_v1(
+    p_shards integer[], p_now timestamptz, p_floors bigint[], p_limit integer
+) RETURNS bigint
+LANGUAGE sql STABLE  -- its callers set enable_seqscan = off and jit = off
+AS $$
+    SELECT count(*)
+    FROM (
+        SELECT 1
+        FROM unnest(p_shards) AS s(shard)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM queen.log_timers t
+            WHERE t.shard = s.shard AND t.visible_at <= p_now
+              AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
+            LIMIT p_limit
+        ) AS d
+        LIMIT p_limit
+    ) AS capped
 $$;
 
 -- PROBE: {nextInMs, due, dueCapped, lateMs, floors}.
@@ -111,18 +135,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    SELECT count(*) INTO v_due
-    FROM (
-        SELECT 1
-        FROM unnest(p_shards) AS s(shard)
-        CROSS JOIN LATERAL (
-            SELECT 1 FROM queen.log_timers t
-            WHERE t.shard = s.shard AND t.visible_at <= p_now
-              AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
-            LIMIT p_cap + 1
-        ) AS d
-        LIMIT p_cap + 1
-    ) AS capped;
+    v_due := queen.log_timers_due_upto_v1(p_shards, p_now, p_floors, p_cap + 1);
 
     RETURN jsonb_build_object(
         'nextInMs', CASE WHEN v_next IS NULL THEN NULL
@@ -242,18 +255,8 @@ BEGIN
             p_fn, p_max_bytes, p_row_overhead USING ERRCODE = '22023';
     END IF;
 
-    IF p_fair_tenants > 0 AND (
-        SELECT count(*) > p_max_rows
-        FROM (SELECT 1
-              FROM unnest(p_shards) AS s(shard)
-              CROSS JOIN LATERAL (
-                  SELECT 1 FROM queen.log_timers t
-                  WHERE t.shard = s.shard AND t.visible_at <= p_now
-                    AND t.visible_at >= queen.head_floor_v1(p_floors, s.shard)
-                  LIMIT p_max_rows + 1
-              ) AS d
-              LIMIT p_max_rows + 1) AS capped
-    ) THEN
+    IF p_fair_tenants > 0
+       AND queen.log_timers_due_upto_v1(p_shards, p_now, p_floors, p_max_rows + 1) > p_max_rows THEN
         -- Tenants after the cursor, then from the start (wrapping), by a loose scan of the key.
         WITH RECURSIVE after_cursor AS (
             SELECT (SELECT min(t.tenant_id) FROM queen.log_timers t WHERE t.tenant_id > coalesce(p_fair_after, '')) AS tenant, 1 AS n

@@ -96,7 +96,8 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
 }
 
 /// Inserts `n` timers for tenant `t` due `first_ms + i * step_ms` from now, remembering each
-/// timer's txn and deliver_at in `expected` (timer rows disappear when fired).
+/// timer's txn and deliver_at in `expected` (timer rows disappear when fired). A timer already due
+/// gets claimed_until = now(), as the product writes it (010_timers_schema.sql).
 async fn insert_timers(
     pool: &PgPool,
     n: i64,
@@ -111,11 +112,12 @@ async fn insert_timers(
         .unwrap();
     sqlx::query(
         "WITH made AS (
-            INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload, created_at)
-            SELECT 't', 'q' || (i % $4), 'k' || i, 'p' || (i % $5),
-                   now() + make_interval(secs => ($2 + i * $3) / 1000.0),
-                   'txn-' || i, gen_random_uuid(), convert_to(repeat('x', 100), 'UTF8'), now()
-            FROM generate_series(0, $1 - 1) AS i
+            INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload, created_at, claimed_until)
+            SELECT 't', 'q' || (i % $4), 'k' || i, 'p' || (i % $5), d.at,
+                   'txn-' || i, gen_random_uuid(), convert_to(repeat('x', 100), 'UTF8'), now(),
+                   CASE WHEN d.at < now() THEN now() END
+            FROM generate_series(0, $1 - 1) AS i,
+                 LATERAL (SELECT now() + make_interval(secs => ($2 + i * $3) / 1000.0) AS at) AS d
             RETURNING txn, deliver_at)
          INSERT INTO expected SELECT txn, deliver_at FROM made",
     )
@@ -444,8 +446,10 @@ async fn with_the_fire_switched_off_nothing_fires_and_the_backlog_shows_then_all
         .await
         .unwrap();
     assert!(!broker.switches.fire_enabled());
-    // 50 timers, already due, oldest first by key number, one destination.
-    insert_timers(&db.pool, 50, -5000.0, 10.0, 1, 1).await;
+    // 50 timers, oldest first by key number, one destination, falling due while the fire is off
+    // (due 300-790 ms from now). Rows written already due would be ordered by when they were
+    // written, not by deliver_at: their visible_at is the writer's now (010_timers_schema.sql).
+    insert_timers(&db.pool, 50, 300.0, 10.0, 1, 1).await;
     let metrics = broker.metrics.clone();
     wait_for("the backlog gauge", Duration::from_secs(10), || {
         let metrics = metrics.clone();

@@ -206,3 +206,46 @@ async fn the_store_floors_its_take_and_finds_a_row_written_below_a_floor_at_the_
     let taken = store.take(&slot, &take).await.unwrap();
     assert_eq!(taken.timers(), LIVE as u64 + 1);
 }
+
+/// The fairness round runs only when more rows are due than the pick can take: below that, the
+/// shard rounds take every tenant's due rows anyway, and the round's primary-key reads (which no
+/// floor shortens) would be spent for nothing. `fair_next` says whether it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fairness_round_runs_only_when_more_is_due_than_the_pick_can_take() {
+    let db = TestDb::new().await;
+    let due = |n: i64, prefix: &str| {
+        format!(
+            "INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload, created_at)
+             SELECT 't' || (i % 2), 'q', '{prefix}' || i, 'p', now() - interval '1 second', 'x', gen_random_uuid(), '\\x00'::bytea, now()
+             FROM generate_series(1, {n}) AS i"
+        )
+    };
+    let claim = format!(
+        "SELECT count(*), max(fair_next) FROM queen.log_timers_claim_v1({ALL_SHARDS}, now(), 30000, 10, 10, 8, NULL)"
+    );
+    let claimed = |rows: i64, fair_next: Option<String>| (rows, fair_next);
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(due(4, "few-")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let few: (i64, Option<String>) = sqlx::query_as(sqlx::AssertSqlSafe(claim.clone()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(few, claimed(4, None), "4 due, a pick of 10: no round");
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(due(11, "many-")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let many: (i64, Option<String>) = sqlx::query_as(sqlx::AssertSqlSafe(claim))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        many,
+        claimed(10, Some("t1".into())),
+        "11 due, a pick of 10: the round ran"
+    );
+}
