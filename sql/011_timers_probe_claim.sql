@@ -33,9 +33,9 @@ $$;
 -- shard the earlier of its first live row and p_now - p_floor_margin_ms. Every row the probe saw
 -- is at or above its shard's new floor, and a row written later is visible no earlier than its
 -- writer's now (the invariant in 010_timers_schema.sql), so only a write that takes longer than
--- the margin to commit can land below a floor. The caller reads from the start every so often
--- (QUEEN_SWEEPER_HEAD_RESCAN_MS), which finds such a row, and anything written by hand, within
--- that period; a floor never loses a row, it can only delay one. A writer that inserts rows
+-- the margin to commit can land below a floor. The caller reads each shard from its start every
+-- so often (QUEEN_SWEEPER_HEAD_RESCAN_MS; a NULL element of p_floors, the shards in turns), which
+-- finds such a row, and anything written by hand, within that period; a floor never loses a row, it can only delay one. A writer that inserts rows
 -- itself (tests, the soak's backlogs) follows the same rule: a past deliver_at gets
 -- claimed_until = now().
 DROP FUNCTION IF EXISTS queen.log_timers_due_v1(integer[], timestamptz, integer);
