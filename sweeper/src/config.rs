@@ -315,8 +315,9 @@ impl Config {
         Duration::from_millis(self.statement_timeout_ms)
     }
 
-    /// The head floors' policy: rescan every `QUEEN_SWEEPER_HEAD_RESCAN_MS` (0: no floors), each
-    /// floor at least `QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS` below the probe's now.
+    /// The head floors' policy: each shard read from its start every `QUEEN_SWEEPER_HEAD_RESCAN_MS`
+    /// (the shards in turns; 0: no floors), each floor at least
+    /// `QUEEN_SWEEPER_HEAD_FLOOR_MARGIN_MS` below the probe's now.
     pub fn head_floors(&self) -> FloorPolicy {
         FloorPolicy {
             rescan: (self.head_rescan_ms > 0).then(|| Duration::from_millis(self.head_rescan_ms)),
