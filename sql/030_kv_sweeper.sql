@@ -93,7 +93,7 @@ BEGIN
         FROM queen.kv k
         JOIN candidates c ON k.tenant_id = c.tenant_id AND k.namespace = c.namespace AND k.key = c.key
         WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
-        FOR UPDATE OF k
+        FOR UPDATE OF k SKIP LOCKED
     ), deleted AS (
         DELETE FROM queen.kv k
         USING locked l
