@@ -158,9 +158,12 @@ CREATE TABLE IF NOT EXISTS queen.queues (
     CONSTRAINT queues_name_not_empty CHECK (name <> '' AND tenant_id <> '')
 );
 
--- The partition row is the per-partition push serializer: every append locks it, takes
--- last_offset + 1 .. last_offset + n, and writes the new last_offset back. Offsets of a partition
--- are therefore 0..N-1, dense, each exactly once, whatever mix of pushes and fires produced them.
+-- The partition row is the per-partition push serializer: every append locks it and takes the
+-- offsets after the partition's last (queen.log_last_offset_v1: its newest message's, or
+-- last_offset when higher). Offsets of a partition are therefore 0..N-1, dense, each exactly once,
+-- whatever mix of pushes and fires produced them. last_offset is a floor, not a counter: an append
+-- does not write it (a version per append, kept by any held snapshot; see 002_log_push.sql), and
+-- whoever removes a partition's newest messages must raise it first.
 CREATE TABLE IF NOT EXISTS queen.log_partitions (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue_id    bigint      NOT NULL REFERENCES queen.queues (id),

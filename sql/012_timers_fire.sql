@@ -223,23 +223,20 @@ BEGIN
         FROM queen.fire_rows_v1(p_seg_tenants, p_seg_queues, p_seg_sizes) AS r
         WHERE r.seg = ANY (v_live)
     ), numbered AS (
-        SELECT l.*, row_number() OVER (PARTITION BY l.partition_id ORDER BY l.pos) AS n,
-               count(*) OVER (PARTITION BY l.partition_id) AS total
+        SELECT l.*, row_number() OVER (PARTITION BY l.partition_id ORDER BY l.pos) AS n
         FROM live_rows l
-    ), bumped AS (
-        UPDATE queen.log_partitions lp
-        SET last_offset = lp.last_offset + c.total
-        FROM (SELECT DISTINCT partition_id, total FROM numbered) AS c
-        WHERE lp.id = c.partition_id
-        RETURNING lp.id, lp.last_offset - c.total AS base
+    ), based AS (
+        -- Each partition's offsets continue its log (queen.log_last_offset_v1; its row is locked).
+        SELECT c.partition_id AS id, queen.log_last_offset_v1(c.partition_id) AS base
+        FROM (SELECT DISTINCT partition_id FROM numbered) AS c
     ), written AS (
         INSERT INTO queen.log_messages (partition_id, "offset", message_id, txn, payload, created_at)
         SELECT n.partition_id, b.base + n.n, v_message_ids[n.pos], v_txns[n.pos], v_payloads[n.pos],
                greatest(p_now, clock_timestamp())
-        FROM numbered n JOIN bumped b ON b.id = n.partition_id
+        FROM numbered n JOIN based b ON b.id = n.partition_id
     )
     SELECT n.seg, 'fired'::text, count(*)::integer, (min(b.base) + 1)::bigint
-    FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    FROM numbered n JOIN based b ON b.id = n.partition_id
     GROUP BY n.seg
     ORDER BY n.seg;
 

@@ -3,12 +3,17 @@
 -- with the earliest deliverInMs this returns, and never before.
 --
 -- p_ops is a JSON array of operations:
---   {"op": "schedule",   "queue", "timerKey", "delayMs", "payload" | "payloadBase64",
+--   {"op": "schedule",   "queue", "timerKey", "delayMs",
+--                         "payloadJson" | "payload" | "payloadBase64",
 --                         optional "partition" (default "default"), "txn"}
---   {"op": "reschedule", "queue", "timerKey", "delayMs", optional "payload" | "payloadBase64",
---                         "partition", "txn"}
+--   {"op": "reschedule", "queue", "timerKey", "delayMs",
+--                         optional "payloadJson" | "payload" | "payloadBase64", "partition", "txn"}
 --   {"op": "cancel",     "queue", "timerKey"}
--- "payload" is any JSON value, stored as its UTF-8 text; "payloadBase64" carries raw bytes.
+-- "payloadJson" is a string holding the text of a JSON value, stored as exactly those UTF-8 bytes:
+-- what the broker sends, so any JSON a client wrote reads back as written (key order, numbers,
+-- escapes such as \u0000, which jsonb refuses with SQLSTATE 22P05). "payload" is a JSON value
+-- inside p_ops, stored as jsonb's text of it (keys sorted, numbers rewritten): for callers in SQL.
+-- "payloadBase64" carries raw bytes.
 -- delayMs is relative to p_now (the server's now) and may be negative: the timer is due at once.
 --
 -- Statuses: scheduled (new row), rescheduled (an existing row replaced or moved), cancelled,
@@ -28,7 +33,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     c_allowed constant text[] := ARRAY['op', 'queue', 'timerKey', 'partition', 'delayMs', 'txn',
-                                        'payload', 'payloadBase64'];
+                                        'payload', 'payloadJson', 'payloadBase64'];
     c_server_owned constant text[] := ARRAY['messageId', 'message_id', 'tenant', 'tenantId', 'tenant_id',
                                              'deliverAt', 'deliver_at', 'attempts', 'token', 'claimToken',
                                              'claim_token', 'claimedUntil', 'claimed_until', 'lastError',
@@ -91,14 +96,19 @@ BEGIN
         IF v_op ? 'txn' AND (jsonb_typeof(v_op->'txn') <> 'string' OR v_op->>'txn' = '') THEN
             RAISE EXCEPTION 'log_timers_apply_v1: op %: "txn" must be a non-empty string', v_idx USING ERRCODE = '22023';
         END IF;
-        IF v_op ? 'payload' AND v_op ? 'payloadBase64' THEN
-            RAISE EXCEPTION 'log_timers_apply_v1: op %: give "payload" or "payloadBase64", not both', v_idx USING ERRCODE = '22023';
+        IF (v_op ? 'payload')::integer + (v_op ? 'payloadJson')::integer + (v_op ? 'payloadBase64')::integer > 1 THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: op %: give one of "payloadJson", "payload" and "payloadBase64"', v_idx USING ERRCODE = '22023';
+        END IF;
+        -- The cast to json checks the text is one JSON value and keeps it as written.
+        IF v_op ? 'payloadJson' AND (jsonb_typeof(v_op->'payloadJson') <> 'string'
+                                     OR (v_op->>'payloadJson')::json IS NULL) THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: op %: "payloadJson" must be a string holding JSON text', v_idx USING ERRCODE = '22023';
         END IF;
         IF v_op ? 'payloadBase64' AND jsonb_typeof(v_op->'payloadBase64') <> 'string' THEN
             RAISE EXCEPTION 'log_timers_apply_v1: op %: "payloadBase64" must be a base64 string', v_idx USING ERRCODE = '22023';
         END IF;
         IF v_kind = 'cancel' THEN
-            IF v_op ?| ARRAY['delayMs', 'payload', 'payloadBase64', 'partition', 'txn'] THEN
+            IF v_op ?| ARRAY['delayMs', 'payload', 'payloadJson', 'payloadBase64', 'partition', 'txn'] THEN
                 RAISE EXCEPTION 'log_timers_apply_v1: op %: cancel takes only "queue" and "timerKey"', v_idx USING ERRCODE = '22023';
             END IF;
         ELSE
@@ -108,8 +118,8 @@ BEGIN
                 RAISE EXCEPTION 'log_timers_apply_v1: op %: "delayMs" must be an integer number of milliseconds within ten years (got %)', v_idx, coalesce(v_op->>'delayMs', 'nothing')
                     USING ERRCODE = '22023';
             END IF;
-            IF v_kind = 'schedule' AND NOT (v_op ? 'payload' OR v_op ? 'payloadBase64') THEN
-                RAISE EXCEPTION 'log_timers_apply_v1: op %: schedule needs "payload" or "payloadBase64"', v_idx USING ERRCODE = '22023';
+            IF v_kind = 'schedule' AND NOT (v_op ?| ARRAY['payload', 'payloadJson', 'payloadBase64']) THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: op %: schedule needs "payloadJson", "payload" or "payloadBase64"', v_idx USING ERRCODE = '22023';
             END IF;
         END IF;
     END LOOP;
@@ -126,7 +136,8 @@ BEGIN
         ORDER BY o.value->>'queue', o.value->>'timerKey'
     LOOP
         v_kind := v_op->>'op';
-        v_payload := CASE WHEN v_op ? 'payloadBase64' THEN decode(v_op->>'payloadBase64', 'base64')
+        v_payload := CASE WHEN v_op ? 'payloadJson' THEN convert_to(v_op->>'payloadJson', 'UTF8')
+                          WHEN v_op ? 'payloadBase64' THEN decode(v_op->>'payloadBase64', 'base64')
                           WHEN v_op ? 'payload' THEN convert_to((v_op->'payload')::text, 'UTF8') END;
         v_deliver_at := p_now + make_interval(secs => coalesce((v_op->>'delayMs')::numeric, 0) / 1000.0);
         v_message_id := NULL;

@@ -118,27 +118,24 @@ BEGIN
              AS d(tenant, queue, partition, partition_id)
           ON d.tenant = h.tenant_id AND d.queue = h.queue AND d.partition = h.partition
     ), numbered AS (
-        SELECT x.*, row_number() OVER (PARTITION BY x.partition_id ORDER BY x.visible_at, x.timer_key) AS n,
-               count(*) OVER (PARTITION BY x.partition_id) AS total
+        SELECT x.*, row_number() OVER (PARTITION BY x.partition_id ORDER BY x.visible_at, x.timer_key) AS n
         FROM taken x
-    ), bumped AS (
-        UPDATE queen.log_partitions lp
-        SET last_offset = lp.last_offset + c.total
-        FROM (SELECT DISTINCT partition_id, total FROM numbered) AS c
-        WHERE lp.id = c.partition_id
-        RETURNING lp.id, lp.last_offset - c.total AS base
+    ), based AS (
+        -- Each partition's offsets continue its log (queen.log_last_offset_v1; its row is locked).
+        SELECT c.partition_id AS id, queen.log_last_offset_v1(c.partition_id) AS base
+        FROM (SELECT DISTINCT partition_id FROM numbered) AS c
     ), written AS (
         INSERT INTO queen.log_messages (partition_id, "offset", message_id, txn, payload, created_at)
         SELECT n.partition_id, b.base + n.n, n.message_id, n.txn, n.payload,
                greatest(p_now, clock_timestamp())
-        FROM numbered n JOIN bumped b ON b.id = n.partition_id
+        FROM numbered n JOIN based b ON b.id = n.partition_id
     ), deleted AS (
         DELETE FROM queen.log_timers t WHERE t.ctid = ANY (v_ctids)
     )
     SELECT n.tenant_id, n.queue, n.partition, count(*)::integer, (min(b.base) + 1)::bigint,
            array_agg(greatest(0, floor(extract(epoch FROM p_now - n.deliver_at) * 1000))::bigint ORDER BY n.n),
            v_fair_next
-    FROM numbered n JOIN bumped b ON b.id = n.partition_id
+    FROM numbered n JOIN based b ON b.id = n.partition_id
     GROUP BY n.tenant_id, n.queue, n.partition
     ORDER BY n.tenant_id, n.queue, n.partition;
 END;

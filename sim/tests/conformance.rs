@@ -675,7 +675,7 @@ fn schedule(key: &str, delay_ms: i64) -> TimerOp {
         queue: "q".into(),
         timer_key: key.into(),
         delay_ms,
-        payload: Payload::Json(serde_json::json!({"key": key})),
+        payload: Payload::json(&serde_json::json!({"key": key})),
         partition: Some("p".into()),
         txn: Some(format!("txn-{key}")),
     }
@@ -1209,7 +1209,7 @@ async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B:
         partition: Some("p".into()),
         txn: None,
     };
-    // A JSON payload is stored as jsonb's text, `{"key": "j"}`: 12 bytes, not serde's 11.
+    // A JSON payload is stored as the text it came in, `{"key":"j"}`: 11 bytes.
     b.schedule("t", vec![schedule("j", 60_000), bytes_payload])
         .await;
     b.schedule("u", vec![schedule("u1", 60_000)]).await;
@@ -1245,14 +1245,14 @@ async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B:
     // payload for timers.
     let kv_a = 2 + 1 + (9 + 10);
     let kv_bb = 3 + 2 + (9 + 20);
-    let timer_j = 1 + 1 + r#"{"key": "j"}"#.len() as u64;
+    let timer_j = 1 + 1 + r#"{"key":"j"}"#.len() as u64;
     let timer_bin = 1 + 3 + 100;
     assert_eq!(
         b.usage("t").await,
         Some([2, kv_a + kv_bb, 2, timer_j + timer_bin]),
         "the expired row is not counted"
     );
-    let timer_u1 = 1 + 2 + r#"{"key": "u1"}"#.len() as u64;
+    let timer_u1 = 1 + 2 + r#"{"key":"u1"}"#.len() as u64;
     assert_eq!(b.usage("u").await, Some([0, 0, 1, timer_u1]));
     assert_eq!(b.usage("v").await, Some([1, 2 + 1 + (9 + 5), 0, 0]));
 

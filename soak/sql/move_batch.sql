@@ -22,18 +22,19 @@ WITH picked AS (
     FROM picked p
     JOIN queen.queues q ON q.tenant_id = p.tenant_id AND q.name = p.queue
     JOIN queen.log_partitions lp ON lp.queue_id = q.id AND lp.name = p.partition
-), counts AS (
-    SELECT partition_id, count(*) AS moved FROM routed GROUP BY partition_id
-), bumped AS (
-    UPDATE queen.log_partitions lp
-    SET last_offset = lp.last_offset + c.moved
-    FROM counts c
-    WHERE lp.id = c.partition_id
-    RETURNING lp.id, lp.last_offset - c.moved AS base
+), locked AS (
+    -- The product's allocation (queen.log_last_offset_v1 under the partition's row lock). One
+    -- statement is enough here: each connection moves its own partitions, so no lock is waited
+    -- for and the statement's snapshot already holds every message of its partitions.
+    SELECT lp.id FROM queen.log_partitions lp
+    WHERE lp.id IN (SELECT DISTINCT partition_id FROM routed)
+    FOR UPDATE
+), based AS (
+    SELECT l.id, queen.log_last_offset_v1(l.id) AS base FROM locked l
 ), written AS (
     INSERT INTO queen.log_messages (partition_id, "offset", message_id, txn, payload, created_at)
     SELECT r.partition_id, b.base + r.n, r.message_id, r.txn, r.payload, clock_timestamp()
-    FROM routed r JOIN bumped b ON b.id = r.partition_id
+    FROM routed r JOIN based b ON b.id = r.partition_id
     RETURNING 1
 ), gone AS (
     -- By address: a TID scan, not a join against the whole table.

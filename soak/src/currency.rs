@@ -70,6 +70,7 @@ pub const GOVERNS: &[(&str, &[&str])] = &[
     ("QUEEN_KV_EXPIRE_BATCH", PRUNE),
     ("QUEEN_KV_USAGE_EVERY_MS", ROLLUP),
     ("log_timers fillfactor", TIMERS_TABLE),
+    ("log_timers autovacuum_vacuum_threshold", TIMERS_TABLE),
 ];
 
 /// The files `setting` governs, if the map names it.

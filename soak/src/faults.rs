@@ -10,7 +10,7 @@
 //! | `crash` | PostgreSQL crashed (a backend SIGKILLed: every connection ends, the WAL is replayed) mid-stream | every broker's `/healthz` answers within 1 s throughout; when it says ready again; the drain's recovery |
 //! | `api-quiet` | none: 500 timers/s scheduled through 3 broker processes | the schedule latency the next case is compared with |
 //! | `slow-clients` | the same, with 64 slow-body clients held against every broker | other clients' schedule p99 within 2× of `api-quiet`'s |
-//! | `bad-input` | the API's bad-input table (37 hostile requests; 36 until 27a3487 added an Idempotency-Key row), round after round, beside 200 timers/s through 3 broker processes | every answer the documented 4xx, none a 5xx |
+//! | `bad-input` | the API's bad-input table (36 hostile requests; 37 from 27a3487, which added an Idempotency-Key row, until a NUL in a JSON payload became a legal payload stored as sent), round after round, beside 200 timers/s through 3 broker processes | every answer the documented 4xx, none a 5xx |
 //! | `steady` | none: 500 timers/s, 3 brokers, for minutes | the lateness the next case is compared with |
 //! | `steady-tuned` | none: `steady` with the timers vacuumed eagerly ([`TUNED_AUTOVACUUM`]) | dead rows, table size and lateness over time against `steady` |
 //! | `snapshot` | the same, with a snapshot held open by an idle transaction | lateness p99 within 2× of `steady`'s, none over 2 s; dead rows over time |

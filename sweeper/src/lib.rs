@@ -69,7 +69,10 @@ pub use pg::{
     CLIENT_CHECK_INTERVAL, CLIENT_GRACE, PgStore, PgTimerTx, connect_options, database_error,
 };
 pub use port::{Store, TimerTx};
-pub use schema::{FILES as SQL_FILES, SqlFile, apply as apply_schema};
+pub use schema::{
+    FILES as SQL_FILES, MEASURED_NAPTIME_S, SqlFile, apply as apply_schema, autovacuum_advice,
+    server_advice,
+};
 pub use seam::{Seam, SeamTx};
 pub use sleep::{Bands, PassOutcome, sleep_for};
 pub use subclock::{
@@ -80,8 +83,8 @@ pub use switches::Switches;
 pub use types::{
     ApplyResult, ApplyStatus, ClaimRequest, Claimed, ClaimedTimer, Destination, ExpireStep,
     ExpiredKv, FailCause, FailOutcome, FailRequest, FailRow, FairRound, FireCall, HeldTimer,
-    Payload, Probe, ProbeRequest, SHARD_COUNT, Segment, SegmentOutcome, SegmentResult, ShardOrder,
-    Switch, SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp, TimerRef, UsageStep,
-    stable_shard,
+    JsonText, Payload, Probe, ProbeRequest, SHARD_COUNT, Segment, SegmentOutcome, SegmentResult,
+    ShardOrder, Switch, SwitchStates, TakeRequest, Taken, TakenDestination, TimerOp, TimerRef,
+    UsageStep, stable_shard,
 };
 pub use waker::{Wake, Waker};

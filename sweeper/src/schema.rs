@@ -93,6 +93,41 @@ async fn apply_once(pool: &PgPool) -> Result<(), Error> {
         .map_err(|e| database_error(e, "committing the schema"))
 }
 
+/// The slowest `autovacuum_naptime` the timers' autovacuum settings were measured with
+/// (`sql/010_timers_schema.sql`): a launcher that looks less often lets dead rows pile up between
+/// its visits.
+pub const MEASURED_NAPTIME_S: u64 = 5;
+
+/// What to tell the operator about the server's autovacuum, one line each: nothing when it runs
+/// and its launcher looks at least every [`MEASURED_NAPTIME_S`]. Server settings cannot be set
+/// from the schema, so they are checked at boot instead.
+pub fn autovacuum_advice(autovacuum_on: bool, naptime_s: u64) -> Vec<String> {
+    let mut advice = Vec::new();
+    if !autovacuum_on {
+        advice.push(
+            "the server runs with autovacuum = off: every fired timer leaves a dead row that nothing removes, and the probe and claim slow down as they pile up; turn it on".to_owned(),
+        );
+    }
+    if naptime_s > MEASURED_NAPTIME_S {
+        advice.push(format!(
+            "the server's autovacuum_naptime is {naptime_s} s: the timers' dead rows pile up between the launcher's visits (tens of thousands a minute at 500 timers/s); set autovacuum_naptime = '{MEASURED_NAPTIME_S}s' in postgresql.conf, as measured in sql/010_timers_schema.sql"
+        ));
+    }
+    advice
+}
+
+/// Reads the server's autovacuum settings and returns [`autovacuum_advice`] on them.
+pub async fn server_advice(pool: &PgPool) -> Result<Vec<String>, Error> {
+    let (on, naptime_s): (bool, i64) = sqlx::query_as(
+        "SELECT current_setting('autovacuum')::boolean, \
+                (SELECT setting::bigint FROM pg_settings WHERE name = 'autovacuum_naptime')",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| database_error(e, "reading the server's autovacuum settings"))?;
+    Ok(autovacuum_advice(on, u64::try_from(naptime_s).unwrap_or(0)))
+}
+
 /// SQLSTATEs a concurrent apply of the same files produces: duplicate objects from two
 /// `IF NOT EXISTS` creates, a unique violation in the catalogue, "tuple concurrently updated"
 /// (XX000) from two `CREATE OR REPLACE` of one function, a deadlock between the two.
@@ -165,6 +200,23 @@ mod tests {
                 "001_log_schema.sql header lacks {needle:?}"
             );
         }
+    }
+
+    #[test]
+    fn autovacuum_advice_speaks_only_when_the_server_differs_from_what_was_measured() {
+        assert!(autovacuum_advice(true, MEASURED_NAPTIME_S).is_empty());
+        assert!(autovacuum_advice(true, 1).is_empty());
+        let slow = autovacuum_advice(true, 60);
+        assert_eq!(slow.len(), 1);
+        assert!(
+            slow[0].contains("60 s") && slow[0].contains("'5s'"),
+            "{}",
+            slow[0]
+        );
+        let off = autovacuum_advice(false, 5);
+        assert_eq!(off.len(), 1);
+        assert!(off[0].contains("autovacuum = off"), "{}", off[0]);
+        assert_eq!(autovacuum_advice(false, 60).len(), 2);
     }
 
     #[test]

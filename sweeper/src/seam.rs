@@ -157,7 +157,7 @@ mod tests {
             queue: "q".into(),
             timer_key: "k".into(),
             delay_ms,
-            payload: Payload::Json(json!({"a": 1})),
+            payload: Payload::json(&json!({"a": 1})),
             partition: None,
             txn: None,
         }

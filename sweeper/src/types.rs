@@ -418,14 +418,57 @@ pub struct SwitchStates {
     pub fire_enabled: bool,
 }
 
-/// A timer's payload: a JSON value (stored as its UTF-8 text) or raw bytes.
+/// A timer's payload: the text of a JSON value (stored as those bytes) or raw bytes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Payload {
-    /// A JSON value, stored as its compact text.
-    Json(Value),
+    /// A JSON value, stored as the exact text it came in.
+    Json(JsonText),
     /// Serialised as base64 text, not as a JSON array of numbers (four times smaller, and
     /// parsed at memory speed).
     Bytes(#[serde(with = "base64_text")] Vec<u8>),
+}
+
+impl Payload {
+    /// A JSON payload written from `value` as compact text.
+    pub fn json(value: &Value) -> Payload {
+        Payload::Json(JsonText::of(value))
+    }
+}
+
+/// The text of one JSON value, kept exactly as written (key order, number spelling, escapes such
+/// as `\u0000`, inner whitespace; the text around the value is trimmed). A JSON payload is stored
+/// as these bytes, so whatever a client sent reads back the same: `jsonb` would reorder keys,
+/// rewrite numbers and refuse `\u0000` (SQLSTATE 22P05).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct JsonText(Box<serde_json::value::RawValue>);
+
+impl JsonText {
+    /// `text` if it is one JSON value, or why not.
+    pub fn new(text: String) -> Result<JsonText, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(JsonText)
+    }
+
+    /// A value already checked as JSON by the parser that found it.
+    pub fn from_raw(raw: Box<serde_json::value::RawValue>) -> JsonText {
+        JsonText(raw)
+    }
+
+    /// `value` written as compact text.
+    pub fn of(value: &Value) -> JsonText {
+        JsonText(serde_json::value::to_raw_value(value).expect("a JSON value always serialises"))
+    }
+
+    /// The text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &JsonText) -> bool {
+        self.get() == other.get()
+    }
 }
 
 mod base64_text {
@@ -540,7 +583,7 @@ impl TimerOp {
 
 fn put_payload(op: &mut Value, payload: Option<&Payload>) {
     match payload {
-        Some(Payload::Json(value)) => op["payload"] = value.clone(),
+        Some(Payload::Json(text)) => op["payloadJson"] = json!(text.get()),
         Some(Payload::Bytes(bytes)) => {
             op["payloadBase64"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
         }
@@ -635,7 +678,7 @@ mod tests {
             queue: "q".into(),
             timer_key: "k".into(),
             delay_ms,
-            payload: Payload::Json(json!({"a": 1})),
+            payload: Payload::json(&json!({"a": 1})),
             partition: None,
             txn: None,
         }
@@ -645,7 +688,7 @@ mod tests {
     fn ops_serialise_to_the_sql_contract() {
         assert_eq!(
             schedule(10).to_json(),
-            json!({"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 10, "payload": {"a": 1}})
+            json!({"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 10, "payloadJson": r#"{"a":1}"#})
         );
         let bytes = TimerOp::Reschedule {
             queue: "q".into(),

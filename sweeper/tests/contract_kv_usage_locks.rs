@@ -2086,12 +2086,13 @@ async fn check_the_log(pool: &PgPool, all: &BrokerLog) {
         "every timer seen came from a schedule"
     );
 
-    // id, last_offset, messages, lowest offset, highest offset.
+    // id, the allocator's last offset, messages, lowest offset, highest offset.
     type PartitionOffsets = (i64, i64, i64, Option<i64>, Option<i64>);
     let partitions: Vec<PartitionOffsets> = sqlx::query_as(
-        "SELECT p.id, p.last_offset, count(m.\"offset\"), min(m.\"offset\"), max(m.\"offset\") \
+        "SELECT p.id, queen.log_last_offset_v1(p.id), count(m.\"offset\"), min(m.\"offset\"), \
+                max(m.\"offset\") \
          FROM queen.log_partitions p LEFT JOIN queen.log_messages m ON m.partition_id = p.id \
-         GROUP BY p.id, p.last_offset ORDER BY p.id",
+         GROUP BY p.id ORDER BY p.id",
     )
     .fetch_all(pool)
     .await

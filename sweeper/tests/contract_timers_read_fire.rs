@@ -1123,7 +1123,7 @@ async fn a_fire_provisions_a_missing_queue_and_partition() {
     );
 
     let provisioned: Vec<(String, String, String, i64)> = sqlx::query_as(
-        "SELECT q.tenant_id, q.name, p.name, p.last_offset \
+        "SELECT q.tenant_id, q.name, p.name, queen.log_last_offset_v1(p.id) \
          FROM queen.queues q JOIN queen.log_partitions p ON p.queue_id = q.id",
     )
     .fetch_all(&db.pool)
@@ -1261,7 +1261,8 @@ async fn concurrent_pushes_and_fires_on_one_partition_take_offsets_zero_to_n_min
     let ids: BTreeSet<Uuid> = log.iter().map(|m| m.message_id).collect();
     assert_eq!(ids.len(), n, "every message id once");
     let last_offset: i64 = sqlx::query_scalar(
-        "SELECT p.last_offset FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+        "SELECT queen.log_last_offset_v1(p.id) FROM queen.log_partitions p \
+         JOIN queen.queues q ON q.id = p.queue_id \
          WHERE q.tenant_id = 'tenant' AND q.name = 'q' AND p.name = 'p'",
     )
     .fetch_one(&db.pool)

@@ -211,7 +211,7 @@ async fn the_local_wake_fires_a_timer_on_an_idle_broker_long_before_the_ceiling(
         queue: "q".into(),
         timer_key: "wake".into(),
         delay_ms: 200,
-        payload: Payload::Json(serde_json::json!({"hello": "wake"})),
+        payload: Payload::json(&serde_json::json!({"hello": "wake"})),
         partition: None,
         txn: Some("wake-txn".into()),
     }];

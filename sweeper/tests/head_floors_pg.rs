@@ -1,6 +1,7 @@
 //! Head floors on real PostgreSQL: with a snapshot held open, the timers fired since pile up as
 //! dead entries at the head of every shard; a floored probe and take read past them, never past a
-//! live row, and a row a floor hid is found by the next read from the start.
+//! live row, and a row a floor hid is found by the next read from the start. Appends lock their
+//! partition's row but write no version of it, so a held snapshot leaves no versions there to walk.
 //!
 //! Rows read are counted by PostgreSQL inside the call's transaction (as in `plans_pg.rs`), so
 //! the checks do not depend on timing.
@@ -248,4 +249,61 @@ async fn the_fairness_round_runs_only_when_more_is_due_than_the_pick_can_take() 
         claimed(10, Some("t1".into())),
         "11 due, a pick of 10: the round ran"
     );
+}
+
+/// Where the one row of partition `p` is and which transaction wrote it: both change with every
+/// new version of the row, and neither with a row lock.
+async fn partition_row(db: &TestDb) -> (String, String) {
+    sqlx::query_as("SELECT ctid::text, xmin::text FROM queen.log_partitions WHERE name = 'p'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn push(db: &TestDb, payloads: usize) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT log_offset FROM queen.log_push_v1('t', 'q', 'p', \
+         array_fill('\\x01'::bytea, ARRAY[$1::integer]), NULL, now())",
+    )
+    .bind(payloads as i32)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_write_no_version_of_their_partition_row_and_continue_above_last_offset() {
+    let db = TestDb::new().await;
+    assert_eq!(push(&db, 2).await, [0, 1]);
+    let before = partition_row(&db).await;
+    assert_eq!(push(&db, 1).await, [2]);
+    sqlx::raw_sql(
+        r#"SELECT queen.log_timers_apply_v1('t', '[{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": -1, "partition": "p", "payloadBase64": "AQ=="}]', now());
+           SELECT * FROM queen.log_timers_take_v1(ARRAY(SELECT generate_series(0, 63)), now(), 10, 10, 0, NULL, 1000000, 300);"#,
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        partition_row(&db).await,
+        before,
+        "a push and a take wrote a new version of the partition's row"
+    );
+    let offsets: Vec<i64> =
+        sqlx::query_scalar("SELECT \"offset\" FROM queen.log_messages ORDER BY \"offset\"")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        offsets,
+        [0, 1, 2, 3],
+        "the take continued the pushes' offsets"
+    );
+
+    // last_offset is a floor (raised by whoever would remove the newest messages).
+    sqlx::raw_sql("UPDATE queen.log_partitions SET last_offset = 9")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(push(&db, 2).await, [10, 11]);
 }

@@ -70,7 +70,7 @@ async fn applying_twice_to_a_fresh_database_leaves_an_identical_catalogue() {
     // The snapshot really covers what an apply could change (so the comparison above can fail).
     for fact in [
         "relation kv kind=r options=fillfactor=90,vacuum_truncate=off",
-        "relation log_timers kind=r options=fillfactor=100,vacuum_truncate=off",
+        "relation log_timers kind=r options=fillfactor=100,vacuum_truncate=off,autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=2000,autovacuum_vacuum_cost_delay=0",
         "column log_timers.shard integer notnull=f generated=s identity= expression=((hashtextextended(timer_key, (0)::bigint) & (63)::bigint))::integer collation=",
         "column log_timers.visible_at timestamp with time zone notnull=f generated=s identity= expression=GREATEST(deliver_at, claimed_until) collation=",
         "column kv.key text notnull=t generated= identity= expression= collation=default",

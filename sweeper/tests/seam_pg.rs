@@ -15,7 +15,7 @@ fn schedule(key: &str) -> TimerOp {
         queue: "q".into(),
         timer_key: key.into(),
         delay_ms: 100,
-        payload: Payload::Json(json!({"key": key})),
+        payload: Payload::json(&json!({"key": key})),
         partition: None,
         txn: None,
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use queen_sweeper::{ApplyResult, ApplyStatus, Payload, TimerOp};
+use queen_sweeper::{ApplyResult, ApplyStatus, JsonText, Payload, TimerOp};
 use queen_sweeper::{
     ClaimedTimer, Destination, ExpireStep, ExpiredKv, FailOutcome, FailRow, FireCall, Probe,
     TimerRef, UsageStep,
@@ -854,42 +854,36 @@ fn shift(now: Us, delay_ms: i64) -> Us {
     (now as i64 + delay_ms * 1000).max(0) as Us
 }
 
-/// Bytes a payload stores. The load hosts describe large payloads instead of carrying them
-/// (`{"simBytes": N}`, see [`described_payload`]): only their size matters to the model, and
-/// pushing megabytes through the simulated wire would cost wall time, not fidelity.
+/// Bytes a payload stores: a JSON payload's text as written, a byte payload's bytes. The load
+/// hosts describe large payloads instead of carrying them (`{"simBytes": N}`, see
+/// [`described_payload`]): only their size matters to the model, and pushing megabytes through
+/// the simulated wire would cost wall time, not fidelity.
 pub fn payload_bytes(payload: &Payload) -> u64 {
     match payload {
-        Payload::Json(value) => value
-            .get("simBytes")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| jsonb_text_bytes(value)),
+        Payload::Json(text) => described_bytes(text).unwrap_or(text.get().len() as u64),
         Payload::Bytes(bytes) => bytes.len() as u64,
     }
 }
 
-/// The length of a JSON payload as the apply stores it, `(payload::jsonb)::text`: PostgreSQL
-/// writes `": "` and `", "` where the compact form has no space, and the same escapes. A float's
-/// text may still differ (PostgreSQL's numeric writes `1e3` as `1000`); the sim's payloads have
-/// none.
-pub fn jsonb_text_bytes(value: &serde_json::Value) -> u64 {
-    fn separators(value: &serde_json::Value) -> u64 {
-        match value {
-            serde_json::Value::Object(map) => {
-                // One space after each colon, one after each comma between entries.
-                (2 * map.len()).saturating_sub(1) as u64 + map.values().map(separators).sum::<u64>()
-            }
-            serde_json::Value::Array(items) => {
-                items.len().saturating_sub(1) as u64 + items.iter().map(separators).sum::<u64>()
-            }
-            _ => 0,
-        }
+/// The size a described payload stands for, or `None` for a payload that is what it says.
+fn described_bytes(text: &JsonText) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Described {
+        #[serde(rename = "simBytes")]
+        sim_bytes: u64,
     }
-    value.to_string().len() as u64 + separators(value)
+    // Only an object that starts with the field is parsed: a payload is otherwise never read.
+    text.get()
+        .starts_with(r#"{"simBytes":"#)
+        .then(|| serde_json::from_str::<Described>(text.get()).ok())
+        .flatten()
+        .map(|d| d.sim_bytes)
 }
 
 /// A payload of `bytes` bytes, described rather than carried.
 pub fn described_payload(bytes: u64) -> Payload {
-    Payload::Json(serde_json::json!({ "simBytes": bytes }))
+    Payload::json(&serde_json::json!({ "simBytes": bytes }))
 }
 
 /// Commits an open schedule transaction.

@@ -133,6 +133,14 @@ async fn open_broker(args: &BrokerArgs, config: Config) -> Result<Broker, Broker
             })?;
         tracing::info!(files = queen_sweeper::SQL_FILES.len(), "schema applied");
     }
+    match queen_sweeper::server_advice(store.pool()).await {
+        Ok(advice) => {
+            for line in advice {
+                tracing::warn!("{line}");
+            }
+        }
+        Err(error) => tracing::debug!(%error, "could not read the server's autovacuum settings"),
+    }
     for line in config.describe() {
         tracing::debug!(setting = %line);
     }

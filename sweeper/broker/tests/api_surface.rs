@@ -447,6 +447,53 @@ async fn fired_messages_are_read_from_an_offset_with_their_payloads() {
         .refused(400, "invalid_query");
 }
 
+/// Key order, a number no f64 holds, an escaped NUL and inner whitespace: `jsonb` (the store
+/// before) changed or refused each of them.
+const AS_WRITTEN: &str = r#"{"z": 1,  "a": [12345678901234567890123, 1.50e3], "nul": "a\u0000b"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_payload_is_peeked_and_delivered_as_the_text_sent() {
+    let db = TestDb::new().await;
+    let server = Start::on(&db, "as-written").spawn().await;
+    let body = |key: &str, delay_ms: u64| {
+        format!(
+            r#"{{"ops": [{{"op": "schedule", "queue": "w", "timerKey": "{key}", "delayMs": {delay_ms}, "payload": {AS_WRITTEN}}}]}}"#
+        )
+    };
+    let later = server
+        .post_raw("/api/v1/timers", body("later", 600_000))
+        .await;
+    assert_eq!(later.status, 200, "{}", later.text);
+    let peeked = server.get("/api/v1/timers/w/later").await;
+    assert!(
+        peeked.text.contains(&format!(r#""payload":{AS_WRITTEN}"#)),
+        "{}",
+        peeked.text
+    );
+    assert_eq!(
+        server
+            .post_raw("/api/v1/timers", body("now", 0))
+            .await
+            .status,
+        200
+    );
+    wait_for("the message", Duration::from_secs(10), || async {
+        count(&db.pool, "SELECT count(*) FROM queen.log_messages").await == 1
+    })
+    .await;
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT payload FROM queen.log_messages")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, AS_WRITTEN.as_bytes(), "stored as the bytes sent");
+    let read = server.get("/api/v1/messages/w").await;
+    assert!(
+        read.text.contains(&format!(r#""payload":{AS_WRITTEN}"#)),
+        "{}",
+        read.text
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_switch_refuses_schedules_with_retry_after_but_cancels_still_work() {
     let db = TestDb::new().await;

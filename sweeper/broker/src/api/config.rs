@@ -52,7 +52,7 @@ pub mod knob {
         default: 256 * 1024,
         min: 1,
         max: 64 * MIB,
-        help: "bytes of one timer's payload (JSON measured as compact text, base64 as decoded bytes); over it is a 413",
+        help: "bytes of one timer's payload (JSON measured as the text sent, base64 as decoded bytes); over it is a 413",
     };
     pub const MAX_OPS_PER_CALL: Knob = Knob {
         var: "QUEEN_TIMERS_MAX_OPS_PER_CALL",

@@ -114,7 +114,15 @@ pub fn json_body(
     body: Result<Bytes, BytesRejection>,
     limits: &ApiConfig,
 ) -> Result<Value, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    json_document(&body_bytes(body, limits)?)
+}
+
+/// The request body's bytes; over `QUEEN_API_MAX_BODY_BYTES` it is a 413.
+pub fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limits: &ApiConfig,
+) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(
                 "body_too_large",
@@ -126,21 +134,25 @@ pub fn json_body(
         } else {
             ApiError::bad_request("unreadable_body", rejection.body_text())
         }
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    })
+}
+
+/// `bytes` as one JSON document, or a 400.
+pub fn json_document(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     })
 }
 
-/// Refuses a JSON value holding U+0000 in any string or object key, naming `what`: payloads and
-/// KV values are stored as `jsonb`, which cannot hold one (SQLSTATE 22P05, a 500 otherwise).
-/// A payload with NUL bytes can be sent as `payloadBase64`.
+/// Refuses a JSON value holding U+0000 in any string or object key, naming `what`: KV values are
+/// stored as `jsonb`, which cannot hold one (SQLSTATE 22P05, a 500 otherwise). (A timer's JSON
+/// payload is stored as the text sent, where `\u0000` is six characters, and is not refused.)
 pub fn nul_free_json(value: &Value, what: &str) -> Result<(), ApiError> {
     if holds_nul(value) {
         return Err(ApiError::bad_request(
             "nul_in_json",
             format!(
-                "{what} contains a NUL character (\\u0000), which is not stored in JSON; send bytes as payloadBase64"
+                "{what} contains a NUL character (\\u0000), which a KV value (stored as jsonb) cannot hold"
             ),
         ));
     }

@@ -9,8 +9,7 @@ use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use super::ApiState;
 use super::errors::ApiError;
@@ -41,7 +40,7 @@ pub async fn read(
     headers: HeaderMap,
     queue_in_path: Result<Path<String>, PathRejection>,
     page: Result<Query<ReadQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MessagePage>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
     let queue = path(queue_in_path)?;
@@ -75,11 +74,20 @@ pub async fn read(
         )
         .await?;
     let next_from = messages.last().map_or(from, |m| m.offset + 1);
-    let messages: Vec<Value> = messages.iter().map(views::message).collect();
-    Ok(Json(json!({
-        "queue": queue,
-        "partition": partition,
-        "messages": messages,
-        "nextFrom": next_from,
-    })))
+    Ok(Json(MessagePage {
+        messages: messages.iter().map(views::message).collect(),
+        queue,
+        partition,
+        next_from,
+    }))
+}
+
+/// A page of a partition's messages.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePage {
+    queue: String,
+    partition: String,
+    messages: Vec<views::View>,
+    next_from: u64,
 }

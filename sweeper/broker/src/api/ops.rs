@@ -17,13 +17,14 @@
 use std::collections::HashSet;
 
 use base64::Engine as _;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::config::ApiConfig;
 use super::errors::ApiError;
-use super::input::{name, nul_free_json, object, refuse_server_owned, typed};
-use queen_sweeper::{Payload, TimerOp};
+use super::input::{json_document, name, object, refuse_server_owned, typed};
+use queen_sweeper::{JsonText, Payload, TimerOp};
 
 /// Fields the server sets, refused by name wherever a caller could try to set them. The same list
 /// as `c_server_owned` in `sql/014_timers_apply.sql`.
@@ -79,9 +80,29 @@ struct OpWire {
     payload_base64: Option<String>,
 }
 
+/// The payloads of a batch as the text the client wrote, read in a second pass over the body
+/// (the first, into [`Value`]s, makes every other check): a JSON payload is stored as exactly
+/// that text, so key order, number spelling and escapes survive.
+#[derive(Debug, Deserialize)]
+struct RawBatch<'a> {
+    #[serde(borrow)]
+    ops: Vec<RawOp<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawOp<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    payload: Option<&'a RawValue>,
+}
+
+/// A field that is there, `null` included (`Option` alone would read `"payload": null` as none).
+fn present<'de, D: Deserializer<'de>>(field: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(field).map(Some)
+}
+
 /// The body of `POST /api/v1/timers` as operations for the seam, or the first refusal.
-pub fn parse_batch(body: Value, limits: &ApiConfig) -> Result<Vec<TimerOp>, ApiError> {
-    let map = object(body, "the body")?;
+pub fn parse_batch(body: &[u8], limits: &ApiConfig) -> Result<Vec<TimerOp>, ApiError> {
+    let map = object(json_document(body)?, "the body")?;
     refuse_server_owned(&map, SERVER_OWNED, "the body")?;
     let batch: BatchWire = typed(map, "the body")?;
     if batch.ops.is_empty() {
@@ -104,17 +125,31 @@ pub fn parse_batch(body: Value, limits: &ApiConfig) -> Result<Vec<TimerOp>, ApiE
         .ops
         .into_iter()
         .enumerate()
-        .map(|(index, op)| parse_op(index, op, limits).map_err(|e| e.at(index)))
+        .map(|(index, op)| object(op, &format!("op {index}")).map_err(|e| e.at(index)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Every op is an object now, so this pass fails only on a key given twice, which the first
+    // pass let the last one win.
+    let raw: RawBatch<'_> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("the body: {e}")))?;
+    let ops = ops
+        .into_iter()
+        .zip(raw.ops)
+        .enumerate()
+        .map(|(index, (op, raw))| parse_op(index, op, raw.payload, limits).map_err(|e| e.at(index)))
         .collect::<Result<Vec<_>, _>>()?;
     refuse_duplicates(&ops)?;
     Ok(ops)
 }
 
-fn parse_op(index: usize, value: Value, limits: &ApiConfig) -> Result<TimerOp, ApiError> {
+fn parse_op(
+    index: usize,
+    mut map: serde_json::Map<String, Value>,
+    payload: Option<&RawValue>,
+    limits: &ApiConfig,
+) -> Result<TimerOp, ApiError> {
     let what = format!("op {index}");
-    let mut map = object(value, &what)?;
     refuse_server_owned(&map, SERVER_OWNED, &what)?;
-    let payload = map.remove("payload");
+    map.remove("payload");
     let wire: OpWire = typed(map, &what)?;
     checked_op(wire, payload, limits).map_err(|e| e.prefixed(&what))
 }
@@ -122,7 +157,7 @@ fn parse_op(index: usize, value: Value, limits: &ApiConfig) -> Result<TimerOp, A
 /// The checks on one well-formed op: names, payload, the fields its kind takes, the horizon.
 fn checked_op(
     wire: OpWire,
-    payload: Option<Value>,
+    payload: Option<&RawValue>,
     limits: &ApiConfig,
 ) -> Result<TimerOp, ApiError> {
     name("queue", &wire.queue, limits)?;
@@ -195,10 +230,11 @@ fn delay_within_horizon(delay_ms: Option<i64>, limits: &ApiConfig) -> Result<i64
     Ok(delay_ms)
 }
 
-/// The payload, from `payload` (any JSON value) or `payloadBase64` (bytes), never both; over
-/// `QUEEN_TIMERS_MAX_PAYLOAD_BYTES` it is a 413.
+/// The payload, from `payload` (any JSON value, kept as the text sent) or `payloadBase64` (bytes),
+/// never both; over `QUEEN_TIMERS_MAX_PAYLOAD_BYTES` (the text's bytes, or the decoded bytes) it
+/// is a 413.
 fn payload_of(
-    json: Option<Value>,
+    json: Option<&RawValue>,
     base64: Option<&str>,
     limits: &ApiConfig,
 ) -> Result<Option<Payload>, ApiError> {
@@ -210,10 +246,9 @@ fn payload_of(
                 "give \"payload\" or \"payloadBase64\", not both",
             ));
         }
-        (Some(value), None) => {
-            nul_free_json(&value, "payload")?;
-            let bytes = serde_json::to_vec(&value).map_or(0, |text| text.len());
-            (Payload::Json(value), bytes)
+        (Some(text), None) => {
+            let bytes = text.get().len();
+            (Payload::Json(JsonText::from_raw(text.to_owned())), bytes)
         }
         (None, Some(text)) => {
             let raw = base64::engine::general_purpose::STANDARD
@@ -277,13 +312,17 @@ mod tests {
         }
     }
 
-    fn refusal(body: Value) -> ApiError {
-        parse_batch(body, &limits()).expect_err("refused")
+    fn parse(body: &Value, limits: &ApiConfig) -> Result<Vec<TimerOp>, ApiError> {
+        parse_batch(&serde_json::to_vec(body).unwrap(), limits)
+    }
+
+    fn refusal(body: &Value) -> ApiError {
+        parse(body, &limits()).expect_err("refused")
     }
 
     #[test]
     fn the_three_operations_become_seam_ops() {
-        let ops = parse_batch(
+        let ops = parse(&
             json!({"ops": [
                 {"op": "schedule", "queue": "q", "timerKey": "a", "delayMs": 200, "payload": null, "partition": "p", "txn": "t"},
                 {"op": "reschedule", "queue": "q", "timerKey": "b", "delayMs": -5, "payloadBase64": "AP8="},
@@ -299,7 +338,7 @@ mod tests {
                     queue: "q".into(),
                     timer_key: "a".into(),
                     delay_ms: 200,
-                    payload: Payload::Json(Value::Null),
+                    payload: Payload::json(&Value::Null),
                     partition: Some("p".into()),
                     txn: Some("t".into()),
                 },
@@ -324,7 +363,7 @@ mod tests {
         for field in SERVER_OWNED {
             let mut op = json!({"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 1, "payload": 1});
             op[*field] = json!("x");
-            let e = refusal(json!({"ops": [op]}));
+            let e = refusal(&json!({"ops": [op]}));
             assert_eq!(
                 (e.code, e.index),
                 ("server_owned_field", Some(0)),
@@ -332,34 +371,35 @@ mod tests {
             );
         }
         assert_eq!(
-            refusal(json!({"ops": [], "tenant": "t"})).code,
+            refusal(&json!({"ops": [], "tenant": "t"})).code,
             "server_owned_field"
         );
     }
 
     #[test]
     fn unknown_fields_are_refused() {
-        let e =
-            refusal(json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "k", "colour": 1}]}));
+        let e = refusal(
+            &json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "k", "colour": 1}]}),
+        );
         assert_eq!((e.code, e.index), ("unknown_field", Some(0)));
         assert!(e.message.contains("colour"), "{}", e.message);
         assert_eq!(
-            refusal(json!({"ops": [], "extra": 1})).code,
+            refusal(&json!({"ops": [], "extra": 1})).code,
             "unknown_field"
         );
     }
 
     #[test]
     fn empty_and_over_long_names_are_refused() {
-        let e = refusal(json!({"ops": [{"op": "cancel", "queue": "", "timerKey": "k"}]}));
+        let e = refusal(&json!({"ops": [{"op": "cancel", "queue": "", "timerKey": "k"}]}));
         assert_eq!(e.code, "empty_name");
-        let e = refusal(json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": ""}]}));
+        let e = refusal(&json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": ""}]}));
         assert_eq!(e.code, "empty_name");
-        let e = refusal(json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "123456789"}]}));
+        let e = refusal(&json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "123456789"}]}));
         assert_eq!(e.code, "name_too_long");
         assert!(
-            parse_batch(
-                json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "12345678"}]}),
+            parse(
+                &json!({"ops": [{"op": "cancel", "queue": "q", "timerKey": "12345678"}]}),
                 &limits()
             )
             .is_ok()
@@ -370,9 +410,9 @@ mod tests {
     fn a_payload_one_byte_over_the_limit_is_a_413() {
         // "123456789" is 11 bytes of JSON text with its quotes; "12345678" is 10.
         let at = json!({"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": "12345678"}]});
-        assert!(parse_batch(at, &limits()).is_ok());
+        assert!(parse(&at, &limits()).is_ok());
         let e = refusal(
-            json!({"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": "123456789"}]}),
+            &json!({"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": "123456789"}]}),
         );
         assert_eq!(
             (e.status, e.code),
@@ -380,7 +420,7 @@ mod tests {
         );
         // Base64 is measured decoded: 12 bytes.
         let e = refusal(
-            json!({"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payloadBase64": "AAAAAAAAAAAAAAAA"}]}),
+            &json!({"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payloadBase64": "AAAAAAAAAAAAAAAA"}]}),
         );
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
     }
@@ -395,18 +435,18 @@ mod tests {
                 op
             })
             .collect();
-        assert_eq!(refusal(json!({"ops": four})).code, "too_many_ops");
-        assert_eq!(refusal(json!({"ops": []})).code, "no_ops");
+        assert_eq!(refusal(&json!({"ops": four})).code, "too_many_ops");
+        assert_eq!(refusal(&json!({"ops": []})).code, "no_ops");
     }
 
     #[test]
     fn a_delay_one_millisecond_beyond_the_horizon_is_refused_either_way() {
         let op = |delay: i64| json!({"ops": [{"op": "reschedule", "queue": "q", "timerKey": "k", "delayMs": delay}]});
-        assert!(parse_batch(op(60_000), &limits()).is_ok());
-        assert!(parse_batch(op(-60_000), &limits()).is_ok());
-        assert_eq!(refusal(op(60_001)).code, "beyond_horizon");
-        assert_eq!(refusal(op(-60_001)).code, "beyond_horizon");
-        assert_eq!(refusal(op(i64::MIN)).code, "beyond_horizon");
+        assert!(parse(&op(60_000), &limits()).is_ok());
+        assert!(parse(&op(-60_000), &limits()).is_ok());
+        assert_eq!(refusal(&op(60_001)).code, "beyond_horizon");
+        assert_eq!(refusal(&op(-60_001)).code, "beyond_horizon");
+        assert_eq!(refusal(&op(i64::MIN)).code, "beyond_horizon");
     }
 
     #[test]
@@ -443,18 +483,73 @@ mod tests {
             (json!({"queue": "q", "timerKey": "k"}), "invalid_request"),
             (json!("cancel"), "invalid_request"),
         ] {
-            assert_eq!(refusal(json!({"ops": [op.clone()]})).code, code, "{op}");
+            assert_eq!(refusal(&json!({"ops": [op.clone()]})).code, code, "{op}");
         }
-        assert_eq!(refusal(json!([1])).code, "invalid_request");
+        assert_eq!(refusal(&json!([1])).code, "invalid_request");
     }
 
     #[test]
     fn the_same_timer_twice_in_one_call_is_refused_at_its_second_index() {
-        let e = refusal(json!({"ops": [
+        let e = refusal(&json!({"ops": [
             {"op": "cancel", "queue": "q", "timerKey": "k"},
             {"op": "cancel", "queue": "q", "timerKey": "other"},
             {"op": "cancel", "queue": "q", "timerKey": "k"},
         ]}));
         assert_eq!((e.code, e.index), ("duplicate_timer", Some(2)));
+    }
+
+    fn payload_text(body: &str) -> String {
+        match parse_batch(body.as_bytes(), &ApiConfig::default())
+            .unwrap()
+            .pop()
+        {
+            Some(TimerOp::Schedule {
+                payload: Payload::Json(text),
+                ..
+            }) => text.get().to_owned(),
+            other => panic!("not a JSON schedule: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_json_payload_is_kept_as_the_text_sent() {
+        // Key order, a number no f64 holds, an escaped NUL, inner whitespace: all as sent.
+        let payload = r#"{"b": 1,  "a": [12345678901234567890123, 1.50], "nul": "\u0000"}"#;
+        let body = format!(
+            r#"{{"ops": [{{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": {payload} }}]}}"#
+        );
+        assert_eq!(payload_text(&body), payload);
+        assert_eq!(
+            payload_text(
+                r#"{"ops": [{"payload": null, "op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0}]}"#
+            ),
+            "null"
+        );
+    }
+
+    #[test]
+    fn a_payload_is_measured_as_the_text_sent() {
+        // 10 bytes with its inner spaces: at the limit; one more space is over it.
+        let body = |payload: &str| {
+            format!(
+                r#"{{"ops": [{{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": {payload}}}]}}"#
+            )
+        };
+        assert!(parse_batch(body("[1,  2,  3]").as_bytes(), &limits()).is_err());
+        assert!(parse_batch(body("[1, 2,  3]").as_bytes(), &limits()).is_ok());
+    }
+
+    #[test]
+    fn a_payload_given_twice_in_one_op_is_refused() {
+        let e = parse_batch(
+            br#"{"ops": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 0, "payload": 1, "payload": 2}]}"#,
+            &limits(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        );
+        assert!(e.message.contains("payload"), "{}", e.message);
     }
 }

@@ -13,13 +13,13 @@ use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::ApiState;
 use super::errors::ApiError;
-use super::input::{idempotency_key, json_body, name, path, query, tenant};
+use super::input::{body_bytes, idempotency_key, name, path, query, tenant};
 use super::ops::parse_batch;
 use super::views;
 use crate::queries::{KeyTaken, PgApi};
@@ -49,11 +49,9 @@ pub async fn batch(
     let tenant = tenant(&headers, limits)?;
     let key = idempotency_key(&headers)?;
     // Hashed only when keyed: an unkeyed schedule (the hot path) pays nothing for the feature.
-    let request_sha256 = key
-        .as_ref()
-        .and_then(|_| body.as_ref().ok())
-        .map(Sha256::digest);
-    let ops = parse_batch(json_body(body, limits)?, limits)?;
+    let body = body_bytes(body, limits)?;
+    let request_sha256 = key.as_ref().map(|_| Sha256::digest(&body));
+    let ops = parse_batch(&body, limits)?;
     let mut tx = state
         .inner
         .seam
@@ -147,7 +145,7 @@ pub async fn peek(
     State(state): State<ApiState>,
     headers: HeaderMap,
     names_in_path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<views::View>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
     let (queue, timer_key) = path(names_in_path)?;
@@ -188,7 +186,7 @@ pub async fn list(
     headers: HeaderMap,
     queue_in_path: Result<Path<String>, PathRejection>,
     page: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TimerPage>, ApiError> {
     let limits = &state.inner.limits;
     let tenant = tenant(&headers, limits)?;
     let queue = path(queue_in_path)?;
@@ -206,8 +204,18 @@ pub async fn list(
     let next_after = (timers.len() == rows as usize)
         .then(|| timers.last().map(|row| row.timer_key.clone()))
         .flatten();
-    let timers: Vec<Value> = timers.iter().map(views::timer).collect();
-    Ok(Json(json!({ "timers": timers, "nextAfter": next_after })))
+    Ok(Json(TimerPage {
+        timers: timers.iter().map(views::timer).collect(),
+        next_after,
+    }))
+}
+
+/// A page of a queue's timers.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimerPage {
+    timers: Vec<views::View>,
+    next_after: Option<String>,
 }
 
 /// The page size asked for, 1..=[`MAX_PAGE_ROWS`], [`DEFAULT_PAGE_ROWS`] when not asked.

@@ -221,7 +221,7 @@ impl Server {
     }
 
     /// POST with a raw body, as given.
-    pub async fn post_raw(&self, path: &str, body: &'static str) -> Answer {
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
         Answer::of(
             self.client
                 .post(self.url(path))
