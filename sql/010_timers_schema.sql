@@ -57,6 +57,12 @@ CREATE INDEX IF NOT EXISTS log_timers_shard_visible_idx ON queen.log_timers (sha
 -- stall every claim and fire; the table's peak size is kept instead.
 ALTER TABLE queen.log_timers SET (fillfactor = 100, vacuum_truncate = off);
 
+-- [measured 2026-12-06] log_timers autovacuum_vacuum_threshold = 2000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 3 brokers, 500 timers/s due 0-2 s ahead, 512 B payloads, 3600 s, autovacuum_naptime = 5s
+--   commit:   dd10799 (binaries built there; the report names 9026169 (dirty), the tree at the run's start: dd10799 plus reports, README edits uncommitted)
+--   symptom:  dead timer rows piling up between vacuums, walked by the probe and the pick, and the table growing with them
+--   observed: 1 run (reports/faults/2026-12-06-2c-24g-pg15/autovacuum/steady-tuned-hour/): dead timer rows at most 3 762; timers table and indexes 464 KiB -> 3 136 KiB (2 656 KiB over minutes 1-12, 2 832-2 864 over 12-42, 3 136 over 42-60); 1 800 000 fired, 0 twice, 0 early, 0 never; lateness p50 4 / p99 15 ms, max 15 335 ms (one second at 2 381 s, cause not established, see the report's README entry). Against the server's defaults (1 run of 300 s at 69e3ed8, reports/faults/2026-12-06-2c-24g-pg15/autovacuum/steady/): dead rows up to 39 318, 448 KiB -> 25 MB.
+--   decision: 2000 with scale factor 0 and cost delay 0, chosen by hand from one run per setting; no sweep of the threshold and not the rule's three repetitions.
 -- Autovacuum of the timers: every fired timer leaves one dead row (and its index entries) that
 -- the probe and the claim walk until a vacuum removes it. The server's defaults (a vacuum once a
 -- fifth of the table is dead, throttled) let the dead rows of minutes pile up at the head of the
