@@ -7,7 +7,9 @@ CREATE TABLE IF NOT EXISTS queen.kv (
     tenant_id   text        NOT NULL,
     namespace   text        NOT NULL,
     key         text        NOT NULL,
-    value       jsonb       NOT NULL,
+    -- The JSON text the client sent, byte for byte (checked as JSON by the put): key order,
+    -- number spelling and escapes survive, and "\u0000" is six characters, which jsonb refuses.
+    value       text        NOT NULL,
     version     bigint      NOT NULL DEFAULT 1,
     expires_at  timestamptz,
     created_at  timestamptz NOT NULL,
@@ -17,6 +19,17 @@ CREATE TABLE IF NOT EXISTS queen.kv (
     PRIMARY KEY (tenant_id, namespace, key),
     CONSTRAINT kv_names_not_empty CHECK (tenant_id <> '' AND namespace <> '' AND key <> '')
 );
+
+-- A table made while values were jsonb is converted once: the jsonb's text is valid JSON text.
+-- The rewrite holds the table's lock for its length, on the first boot of this schema only.
+DO $$
+BEGIN
+    IF (SELECT a.atttypid FROM pg_attribute a
+        WHERE a.attrelid = 'queen.kv'::regclass AND a.attname = 'value') = 'jsonb'::regtype THEN
+        ALTER TABLE queen.kv ALTER COLUMN value TYPE text USING value::text;
+    END IF;
+END;
+$$;
 
 -- The one secondary index: only rows that can expire, ordered by when they do, per shard.
 CREATE INDEX IF NOT EXISTS kv_shard_expires_idx ON queen.kv (shard, expires_at)
@@ -45,13 +58,14 @@ BEGIN
 END;
 $$;
 
--- PUT: writes value under (tenant, namespace, key). p_ttl_ms NULL means no expiry, otherwise the
--- row expires p_ttl_ms after p_now. The version counts writes of the live row; a put over a dead
--- (expired, not yet pruned) row starts again at 1, as if the row had been pruned. A put that would
--- create a row for a tenant over its quota raises 54000 (queen.kv_quota_check_v1).
+-- PUT: writes p_value, the text of one JSON value, under (tenant, namespace, key), as those very
+-- bytes. p_ttl_ms NULL means no expiry, otherwise the row expires p_ttl_ms after p_now. The version
+-- counts writes of the live row; a put over a dead (expired, not yet pruned) row starts again at 1,
+-- as if the row had been pruned. A put that would create a row for a tenant over its quota raises
+-- 54000 (queen.kv_quota_check_v1). Text that is not JSON raises 22P02.
 -- Returns {version, expiresAt, created}.
-CREATE OR REPLACE FUNCTION queen.kv_put_v1(
-    p_tenant text, p_namespace text, p_key text, p_value jsonb, p_ttl_ms bigint, p_now timestamptz
+CREATE OR REPLACE FUNCTION queen.kv_put_v2(
+    p_tenant text, p_namespace text, p_key text, p_value text, p_ttl_ms bigint, p_now timestamptz
 ) RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
@@ -62,12 +76,14 @@ DECLARE
     v_version bigint;
     v_created_at timestamptz;
 BEGIN
-    PERFORM queen.kv_names_check_v1('kv_put_v1', p_tenant, p_namespace, p_key);
+    PERFORM queen.kv_names_check_v1('kv_put_v2', p_tenant, p_namespace, p_key);
     IF p_value IS NULL OR p_now IS NULL THEN
-        RAISE EXCEPTION 'kv_put_v1: value and now must be given' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'kv_put_v2: value and now must be given' USING ERRCODE = '22023';
     END IF;
+    -- The json type only checks the syntax and keeps the text: the cast is the check (22P02).
+    PERFORM p_value::json;
     IF p_ttl_ms IS NOT NULL AND p_ttl_ms <= 0 THEN
-        RAISE EXCEPTION 'kv_put_v1: ttl_ms must be > 0 or NULL for no expiry (got %)', p_ttl_ms
+        RAISE EXCEPTION 'kv_put_v2: ttl_ms must be > 0 or NULL for no expiry (got %)', p_ttl_ms
             USING ERRCODE = '22023';
     END IF;
     v_expires_at := p_now + make_interval(secs => p_ttl_ms / 1000.0);
@@ -93,28 +109,45 @@ BEGIN
 END;
 $$;
 
--- GET: {value, version, expiresAt} of the live row (expiresAt only when it expires), or NULL.
--- The value comes back exactly as stored, JSON nulls included.
-CREATE OR REPLACE FUNCTION queen.kv_get_v1(
-    p_tenant text, p_namespace text, p_key text, p_now timestamptz
+-- PUT of a jsonb value, for SQL callers: stored as jsonb's text of it (keys sorted, numbers
+-- normalized), through kv_put_v2.
+CREATE OR REPLACE FUNCTION queen.kv_put_v1(
+    p_tenant text, p_namespace text, p_key text, p_value jsonb, p_ttl_ms bigint, p_now timestamptz
 ) RETURNS jsonb
+LANGUAGE sql AS $$
+    SELECT queen.kv_put_v2(p_tenant, p_namespace, p_key, p_value::text, p_ttl_ms, p_now)
+$$;
+
+-- GET: the live row's value (its JSON text as put), version and expiry (NULL when it never
+-- expires); no row when there is no live one.
+CREATE OR REPLACE FUNCTION queen.kv_get_v2(
+    p_tenant text, p_namespace text, p_key text, p_now timestamptz
+) RETURNS TABLE (value text, version bigint, expires_at timestamptz)
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off  -- see queen.log_append_v1: no plan cached on a small table may scan a big one
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_result jsonb;
 BEGIN
-    PERFORM queen.kv_names_check_v1('kv_get_v1', p_tenant, p_namespace, p_key);
-    -- Not jsonb_strip_nulls: it strips nulls at every depth, including inside the stored value.
-    SELECT jsonb_build_object('value', k.value, 'version', k.version)
-           || CASE WHEN k.expires_at IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('expiresAt', k.expires_at) END
-    INTO v_result
+    PERFORM queen.kv_names_check_v1('kv_get_v2', p_tenant, p_namespace, p_key);
+    RETURN QUERY
+    SELECT k.value, k.version, k.expires_at
     FROM queen.kv k
     WHERE k.tenant_id = p_tenant AND k.namespace = p_namespace AND k.key = p_key
       AND queen.kv_live_v1(k.expires_at, p_now);
-    RETURN v_result;
 END;
+$$;
+
+-- GET as jsonb, for SQL callers: {value, version, expiresAt} of the live row (expiresAt only when
+-- it expires), or NULL. The value goes through jsonb, so a value holding "\u0000" raises 22P05
+-- here; kv_get_v2 answers every value.
+CREATE OR REPLACE FUNCTION queen.kv_get_v1(
+    p_tenant text, p_namespace text, p_key text, p_now timestamptz
+) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    -- Not jsonb_strip_nulls: it strips nulls at every depth, including inside the stored value.
+    SELECT jsonb_build_object('value', g.value::jsonb, 'version', g.version)
+           || CASE WHEN g.expires_at IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('expiresAt', g.expires_at) END
+    FROM queen.kv_get_v2(p_tenant, p_namespace, p_key, p_now) AS g
 $$;
 
 -- DELETE: removes the row; true when a live row was removed (a dead one is removed too, quietly).

@@ -120,8 +120,8 @@ $$;
 -- table. Tenants of kv_usage inside the covered range that no longer have any row are written as
 -- zeros. Returns {tenants, zeroed, done, lastTenant}; call again with lastTenant until done.
 --
--- Bytes are the stored sizes of what a tenant controls: namespace, key and value for KV; queue,
--- timer key and payload for timers.
+-- Bytes are the lengths, in bytes as stored, of what a tenant controls: namespace, key and the
+-- value's JSON text for KV; queue, timer key and payload for timers.
 --
 -- The rollup deliberately does not take shards: its unit of work is a tenant, and the primary
 -- keys (not the shard indexes) are what make a tenant range cheap to read.
@@ -180,7 +180,7 @@ BEGIN
         FROM unnest(v_tenants) AS tn(tenant)
         LEFT JOIN LATERAL (
             SELECT count(*) AS n,
-                   sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS bytes
+                   sum(octet_length(k.namespace) + octet_length(k.key) + octet_length(k.value)) AS bytes
             FROM queen.kv k
             WHERE k.tenant_id = tn.tenant AND queen.kv_live_v1(k.expires_at, p_now)
         ) AS kvs ON true

@@ -7,7 +7,7 @@
 -- caller that a promised timer is gone.
 --
 -- The writes of the API go through the existing functions: log_timers_apply_v1 (schedule,
--- reschedule, cancel), kv_put_v1 / kv_get_v1 / kv_delete_v1, system_state_set_v1.
+-- reschedule, cancel), kv_put_v2 / kv_get_v2 / kv_delete_v1, system_state_set_v1.
 
 -- A timer's state against p_now, named as in 010_timers_schema.sql: held (in a sweeper's hands,
 -- not cancellable), backoff (a failed fire waiting to retry, cancellable), due (claimable now),

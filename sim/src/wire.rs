@@ -79,7 +79,7 @@ pub enum Request {
         namespace: String,
         key: String,
         ttl_ms: Option<u64>,
-        /// The stored size of the value (PostgreSQL's `pg_column_size`).
+        /// The length of the value's JSON text (PostgreSQL's `octet_length(value)`).
         bytes: u64,
     },
 }

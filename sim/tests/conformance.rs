@@ -126,7 +126,7 @@ impl Backend for Model {
             namespace: namespace.into(),
             key: key.into(),
             ttl_ms,
-            bytes: stored_bytes_of_string_value(value),
+            bytes: stored_bytes(value),
         };
         assert!(matches!(
             self.store.call(request).await.expect("kv put"),
@@ -136,7 +136,7 @@ impl Backend for Model {
     type Open = SimTimerTx;
     async fn put_kv_and_hold(&self, key: &str, ttl_ms: u64) -> SimTimerTx {
         let mut tx = self.store.begin().await.expect("begin");
-        let bytes = stored_bytes_of_string_value(KV_VALUE);
+        let bytes = stored_bytes(KV_VALUE);
         tx.kv_put("t", "ns", key, Some(ttl_ms), bytes)
             .await
             .expect("kv put in a transaction");
@@ -220,7 +220,7 @@ impl Backend for Pg {
         value: &str,
         ttl_ms: Option<u64>,
     ) {
-        sqlx::query("SELECT queen.kv_put_v1($1, $2, $3, to_jsonb($4::text), $5, now())")
+        sqlx::query("SELECT queen.kv_put_v2($1, $2, $3, $4, $5, now())")
             .bind(tenant)
             .bind(namespace)
             .bind(key)
@@ -231,7 +231,7 @@ impl Backend for Pg {
             .expect("kv put");
         // The model is told the value's stored size; this is where that number is checked.
         let stored: i32 = sqlx::query_scalar(
-            "SELECT pg_column_size(value) FROM queen.kv \
+            "SELECT octet_length(value) FROM queen.kv \
              WHERE tenant_id = $1 AND namespace = $2 AND key = $3",
         )
         .bind(tenant)
@@ -240,16 +240,12 @@ impl Backend for Pg {
         .fetch_one(self.store.pool())
         .await
         .expect("stored size");
-        assert_eq!(
-            stored as u64,
-            stored_bytes_of_string_value(value),
-            "{value:?}"
-        );
+        assert_eq!(stored as u64, stored_bytes(value), "{value:?}");
     }
     type Open = sqlx::Transaction<'static, sqlx::Postgres>;
     async fn put_kv_and_hold(&self, key: &str, ttl_ms: u64) -> Self::Open {
         let mut tx = self.store.pool().begin().await.expect("begin");
-        sqlx::query("SELECT queen.kv_put_v1('t', 'ns', $1, to_jsonb($2::text), $3, now())")
+        sqlx::query("SELECT queen.kv_put_v2('t', 'ns', $1, $2, $3, now())")
             .bind(key)
             .bind(KV_VALUE)
             .bind(i64::try_from(ttl_ms).unwrap())
@@ -412,15 +408,13 @@ conformance![
     the_switches_read_back_as_written_and_stop_neither_the_prune_nor_the_rollup,
 ];
 
-/// The value of every KV row the checks write, unless they say otherwise.
-const KV_VALUE: &str = "value";
+/// The value (its JSON text) of every KV row the checks write, unless they say otherwise.
+const KV_VALUE: &str = r#""value""#;
 
-/// `pg_column_size` of a jsonb string of `value` as a `queen.kv` row stores it, short values
-/// only: a 1-byte varlena header (a value under 127 bytes is stored short), the 4-byte container
-/// header, one 4-byte entry, then the text. The PostgreSQL side checks it on every put.
-fn stored_bytes_of_string_value(value: &str) -> u64 {
-    assert!(value.len() < 100, "short values only: {}", value.len());
-    1 + 4 + 4 + value.len() as u64
+/// The bytes the rollup counts for a value: the length of its JSON text, stored as sent. The
+/// PostgreSQL side checks it on every put.
+fn stored_bytes(json_text: &str) -> u64 {
+    json_text.len() as u64
 }
 
 fn timer_key(key: &str) -> queen_sim::model::state::TimerKey {
@@ -1192,7 +1186,7 @@ async fn the_prune_skips_rows_open_puts_hold_and_prunes_them_once_the_lock_goes<
     );
     let step = rollup(b, None, 10).await;
     assert_eq!((step.tenants, step.done), (1, true));
-    let live = 2 + "committed".len() as u64 + stored_bytes_of_string_value(KV_VALUE);
+    let live = 2 + "committed".len() as u64 + stored_bytes(KV_VALUE);
     assert_eq!(
         b.usage("t").await,
         Some([1, live, 0, 0]),
@@ -1213,9 +1207,16 @@ async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B:
     b.schedule("t", vec![schedule("j", 60_000), bytes_payload])
         .await;
     b.schedule("u", vec![schedule("u1", 60_000)]).await;
-    b.put_kv_row("t", "ns", "a", "0123456789", None).await;
-    b.put_kv_row("t", "ns2", "bb", &"x".repeat(20), Some(600_000))
+    b.put_kv_row("t", "ns", "a", "[0,1,2,3,4,5,6,7,8,9]", None)
         .await;
+    b.put_kv_row(
+        "t",
+        "ns2",
+        "bb",
+        &format!("{:?}", "x".repeat(20)),
+        Some(600_000),
+    )
+    .await;
     b.put_kv_row("t", "ns", "gone", KV_VALUE, Some(1)).await;
     b.put_kv_row("v", "ns", "k", KV_VALUE, Some(2_000)).await;
     b.sleep(Duration::from_millis(50)).await;
@@ -1241,10 +1242,10 @@ async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B:
         ),
         (1, 0, true, Some("v"))
     );
-    // Namespace + key + the value's stored size for KV (live rows only); queue + timer key +
+    // Namespace + key + the value's JSON text for KV (live rows only); queue + timer key +
     // payload for timers.
-    let kv_a = 2 + 1 + (9 + 10);
-    let kv_bb = 3 + 2 + (9 + 20);
+    let kv_a = 2 + 1 + 21;
+    let kv_bb = 3 + 2 + (20 + 2);
     let timer_j = 1 + 1 + r#"{"key":"j"}"#.len() as u64;
     let timer_bin = 1 + 3 + 100;
     assert_eq!(
@@ -1254,7 +1255,7 @@ async fn the_usage_rollup_counts_live_kv_and_pending_timers_in_the_sqls_bytes<B:
     );
     let timer_u1 = 1 + 2 + r#"{"key":"u1"}"#.len() as u64;
     assert_eq!(b.usage("u").await, Some([0, 0, 1, timer_u1]));
-    assert_eq!(b.usage("v").await, Some([1, 2 + 1 + (9 + 5), 0, 0]));
+    assert_eq!(b.usage("v").await, Some([1, 2 + 1 + (5 + 2), 0, 0]));
 
     // v's only row expires and is pruned: the next rollup writes v as zeros.
     b.sleep(Duration::from_millis(2_100)).await;
@@ -1317,7 +1318,7 @@ async fn the_switches_read_back_as_written_and_stop_neither_the_prune_nor_the_ro
     assert_eq!(prune(b, 10).await, (1, true, 0));
     let step = rollup(b, None, 10).await;
     assert_eq!((step.tenants, step.done), (1, true));
-    let kept = 2 + "kept".len() as u64 + stored_bytes_of_string_value(KV_VALUE);
+    let kept = 2 + "kept".len() as u64 + stored_bytes(KV_VALUE);
     assert_eq!(b.usage("t").await, Some([1, kept, 0, 0]));
     set(b, Switch::Schedule, true).await;
     assert_eq!(switches(b).await, (true, false));

@@ -1584,7 +1584,7 @@ async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         let ttl = w.kv_ttl_ms.0 + (state >> 33) % (w.kv_ttl_ms.1.saturating_sub(w.kv_ttl_ms.0) + 1);
-        sqlx::query("SELECT queen.kv_put_v1('t0', 'soak', $1, '{\"v\": 1}', $2, now())")
+        sqlx::query("SELECT queen.kv_put_v2('t0', 'soak', $1, '{\"v\": 1}', $2, now())")
             .bind(format!(
                 "key-{}",
                 (state >> 17) % u64::from(w.kv_keys.max(1))

@@ -224,10 +224,10 @@ async fn usage(pool: &PgPool, tenant: &str) -> Option<Usage> {
 }
 
 /// The documented KV byte formula, evaluated on the rows of `tenant` that are live at `now`:
-/// namespace + key + the stored size of the value.
+/// namespace + key + the value's JSON text, in bytes.
 async fn live_kv_bytes_by_formula(pool: &PgPool, tenant: &str, now: DateTime<Utc>) -> i64 {
     sqlx::query_scalar(
-        "SELECT coalesce(sum(octet_length(namespace) + octet_length(key) + pg_column_size(value)), 0)::bigint \
+        "SELECT coalesce(sum(octet_length(namespace) + octet_length(key) + octet_length(value)), 0)::bigint \
          FROM queen.kv WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)",
     )
     .bind(tenant)

@@ -161,3 +161,45 @@ async fn futures_pools(db: &TestDb, n: usize) -> Vec<PgPool> {
     }
     pools
 }
+
+#[tokio::test]
+async fn a_kv_table_made_with_jsonb_values_is_converted_to_their_text_once() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    sqlx::raw_sql(
+        "ALTER TABLE queen.kv ALTER COLUMN value TYPE jsonb USING value::jsonb;
+         INSERT INTO queen.kv (tenant_id, namespace, key, value, created_at, updated_at)
+         VALUES ('t', 'ns', 'old', '{\"b\": 1, \"a\": [1.50]}'::jsonb, now(), now());",
+    )
+    .execute(pool)
+    .await
+    .expect("the table as it was made before");
+
+    queen_sweeper::apply_schema(pool)
+        .await
+        .expect("apply over the old table");
+    let converted = snapshot(pool).await;
+    let (kind, value): (String, String) =
+        sqlx::query_as("SELECT pg_typeof(value)::text, value FROM queen.kv WHERE key = 'old'")
+            .fetch_one(pool)
+            .await
+            .expect("the converted row");
+    assert_eq!(
+        (kind.as_str(), value.as_str()),
+        ("text", r#"{"a": [1.50], "b": 1}"#),
+        "jsonb's text of the value, as kv_get_v1 answered it before"
+    );
+    assert!(
+        converted.contains("column kv.value text notnull=t "),
+        "{converted}"
+    );
+
+    queen_sweeper::apply_schema(pool)
+        .await
+        .expect("apply again");
+    assert_eq!(
+        snapshot(pool).await,
+        converted,
+        "converted once, then left alone"
+    );
+}

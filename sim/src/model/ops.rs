@@ -543,7 +543,7 @@ pub fn kv_expired_candidates(t: &Tables, shards: &[u8], now: Us, max_rows: u32) 
     candidates
 }
 
-/// KV PUT (`queen.kv_put_v1`): inside transaction `txn`, the new version is written under the
+/// KV PUT (`queen.kv_put_v2`): inside transaction `txn`, the new version is written under the
 /// row's lock and stays invisible until [`Tables::commit_kv`]; with `txn` `None` it commits at
 /// once. Returns `Err(key)` when another transaction holds the row, to wait and retry, as the
 /// put's `ON CONFLICT DO UPDATE` waits.

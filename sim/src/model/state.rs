@@ -88,8 +88,8 @@ pub struct KvKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KvRow {
     pub expires_at: Option<Us>,
-    /// The stored size of the value (PostgreSQL's `pg_column_size(value)`), which the rollup
-    /// counts with the namespace and the key.
+    /// The length of the value's JSON text, stored as sent (`octet_length(value)`), which the
+    /// rollup counts with the namespace and the key.
     pub bytes: u64,
 }
 

@@ -12,6 +12,7 @@
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection};
@@ -50,7 +51,7 @@ pub struct MessageRow {
     pub created_at: DateTime<Utc>,
 }
 
-/// What `kv_put_v1` answered.
+/// What `kv_put_v2` answered.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvWritten {
@@ -60,17 +61,13 @@ pub struct KvWritten {
     pub created: bool,
 }
 
-/// A live KV row, as `kv_get_v1` answers it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A live KV row, as `kv_get_v2` answers it.
+#[derive(Debug)]
 pub struct KvEntry {
-    /// `kv_get_v1` builds its answer with `jsonb_strip_nulls`, which drops a stored JSON `null`
-    /// along with the absent fields; an answer without `value` is therefore a row holding `null`.
-    #[serde(default)]
-    pub value: Value,
+    /// The JSON text the value was put as, byte for byte.
+    pub value: Box<RawValue>,
     pub version: i64,
-    #[serde(default)]
-    pub expires_at: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// What `api_idempotency_begin_v1` answered.
@@ -128,6 +125,19 @@ impl PgApi {
         Ok(PgApi {
             store: PgStore::from_pool(pool, config.statement_timeout()),
             probe_options,
+        })
+    }
+
+    /// A pool that connects on first use only, for tests of what happens before any call.
+    #[cfg(test)]
+    pub fn lazy(url: &str, statement_timeout: std::time::Duration) -> Result<PgApi, Error> {
+        let options = connect_options(url, statement_timeout, "queen-api:lazy")?;
+        Ok(PgApi {
+            store: PgStore::from_pool(
+                PgPoolOptions::new().connect_lazy_with(options.clone()),
+                statement_timeout,
+            ),
+            probe_options: options,
         })
     }
 
@@ -327,21 +337,23 @@ impl PgApi {
             .map_err(|e| database_error(e, "messages"))
     }
 
-    /// Writes `value` under `(namespace, key)`; `ttl_ms` `None` never expires.
+    /// Writes `value`, the text of one JSON value, under `(namespace, key)`; `ttl_ms` `None`
+    /// never expires.
     pub async fn kv_put(
         &self,
         tenant: &str,
         namespace: &str,
         key: &str,
-        value: Value,
+        value: &RawValue,
         ttl_ms: Option<i64>,
     ) -> Result<KvWritten, Error> {
         let (tenant, namespace, key) = (tenant.to_owned(), namespace.to_owned(), key.to_owned());
+        let value = value.get().to_owned();
         let answer: Value = self
             .store
             .call("kv_put", move |c| {
                 Box::pin(
-                    sqlx::query_scalar("SELECT queen.kv_put_v1($1, $2, $3, $4, $5, now())")
+                    sqlx::query_scalar("SELECT queen.kv_put_v2($1, $2, $3, $4, $5, now())")
                         .bind(tenant)
                         .bind(namespace)
                         .bind(key)
@@ -361,19 +373,35 @@ impl PgApi {
         key: &str,
     ) -> Result<Option<KvEntry>, Error> {
         let (tenant, namespace, key) = (tenant.to_owned(), namespace.to_owned(), key.to_owned());
-        let answer: Option<Value> = self
+        let row: Option<(String, i64, Option<DateTime<Utc>>)> = self
             .store
             .call("kv_get", move |c| {
                 Box::pin(
-                    sqlx::query_scalar("SELECT queen.kv_get_v1($1, $2, $3, now())")
-                        .bind(tenant)
-                        .bind(namespace)
-                        .bind(key)
-                        .fetch_one(c),
+                    sqlx::query_as(
+                        "SELECT value, version, expires_at FROM queen.kv_get_v2($1, $2, $3, now())",
+                    )
+                    .bind(tenant)
+                    .bind(namespace)
+                    .bind(key)
+                    .fetch_optional(c),
                 )
             })
             .await?;
-        answer.map(|value| decode(value, "kv_get")).transpose()
+        row.map(|(value, version, expires_at)| {
+            let value = RawValue::from_string(value).map_err(|e| {
+                Error::database(
+                    None,
+                    format!("the stored value is not JSON text: {e}"),
+                    "kv_get".into(),
+                )
+            })?;
+            Ok(KvEntry {
+                value,
+                version,
+                expires_at,
+            })
+        })
+        .transpose()
     }
 
     /// Removes the row; whether a live one was removed.

@@ -495,6 +495,33 @@ async fn a_json_payload_is_peeked_and_delivered_as_the_text_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_value_is_stored_and_read_as_the_text_sent() {
+    let db = TestDb::new().await;
+    let server = Start::on(&db, "kv-as-written").spawn().await;
+    let put = server
+        .put_raw(
+            "/api/v1/kv/ns/w",
+            format!(r#"{{"value": {AS_WRITTEN}, "ttlMs": 600000}}"#),
+        )
+        .await;
+    assert_eq!(put.status, 201, "{}", put.text);
+    let stored: String = sqlx::query_scalar("SELECT value FROM queen.kv WHERE key = 'w'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, AS_WRITTEN, "stored as the text sent");
+    let read = server.get("/api/v1/kv/ns/w").await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert!(
+        read.text.starts_with(&format!(
+            r#"{{"value":{AS_WRITTEN},"version":1,"expiresAt":""#
+        )),
+        "{}",
+        read.text
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_switch_refuses_schedules_with_retry_after_but_cancels_still_work() {
     let db = TestDb::new().await;
     let server = Start::on(&db, "switches").spawn().await;

@@ -323,6 +323,101 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
+    /// The API's state on a database nothing listens for (port 1 of loopback): enough for what a
+    /// request meets before its handler calls the database.
+    fn state(limits: super::super::config::ApiConfig) -> ApiState {
+        use queen_sweeper::{Admission, LaneSizes, Metrics, Seam, Switches, Waker};
+        let db = crate::queries::PgApi::lazy(
+            "postgres://queen@127.0.0.1:1/queen",
+            std::time::Duration::from_millis(100),
+        )
+        .expect("a URL");
+        let switches = Switches::default();
+        ApiState::new(super::super::Parts {
+            db,
+            seam: Seam::new(
+                Waker::new(queen_sweeper::clock::tokio_now()),
+                switches.clone(),
+            ),
+            switches,
+            admission: Admission::new(LaneSizes::default()),
+            sweeper_metrics: Metrics::new(),
+            limits,
+            auth: super::super::auth::Auth {
+                tokens: None,
+                monitoring_closed: false,
+                allow_no_auth: true,
+            },
+        })
+    }
+
+    /// A handler that answers after `ms`, behind [`admit`].
+    async fn answered_after(state: &ApiState, ms: u64) -> Response {
+        use tower::ServiceExt as _;
+        let app = axum::Router::new()
+            .route(
+                "/slow",
+                axum::routing::get(move || async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    "done"
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(state.clone(), admit));
+        app.oneshot(Request::get("/slow").body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_past_its_deadline_is_a_503_timeout_and_gives_its_slot_back() {
+        let limits = super::super::config::ApiConfig {
+            request_timeout_ms: 1_000,
+            max_in_flight: 2,
+            ..Default::default()
+        };
+        let state = state(limits);
+        let answer = answered_after(&state, 1_500).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answer
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap()),
+            Some(RETRY_AFTER_TRANSIENT_S.to_string().as_str())
+        );
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "timeout", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("QUEEN_API_REQUEST_TIMEOUT_MS=1000"),
+            "{message}"
+        );
+        assert!(
+            message.contains("may or may not have been committed"),
+            "{message}"
+        );
+        assert_eq!(
+            state.inner.in_flight.available_permits(),
+            2,
+            "the slot is back"
+        );
+        let metrics = state.inner.metrics.render(&state.inner.sweeper_metrics);
+        assert!(
+            metrics.contains("queen_api_refused_total{reason=\"timeout\"} 1"),
+            "{metrics}"
+        );
+
+        let in_time = answered_after(&state, 900).await;
+        assert_eq!(
+            in_time.status(),
+            StatusCode::OK,
+            "a request within its deadline is answered"
+        );
+    }
+
     #[test]
     fn a_declared_length_is_read_only_when_it_is_a_number() {
         let mut headers = HeaderMap::new();

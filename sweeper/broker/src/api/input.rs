@@ -144,34 +144,6 @@ pub fn json_document(bytes: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-/// Refuses a JSON value holding U+0000 in any string or object key, naming `what`: KV values are
-/// stored as `jsonb`, which cannot hold one (SQLSTATE 22P05, a 500 otherwise). (A timer's JSON
-/// payload is stored as the text sent, where `\u0000` is six characters, and is not refused.)
-pub fn nul_free_json(value: &Value, what: &str) -> Result<(), ApiError> {
-    if holds_nul(value) {
-        return Err(ApiError::bad_request(
-            "nul_in_json",
-            format!(
-                "{what} contains a NUL character (\\u0000), which a KV value (stored as jsonb) cannot hold"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Whether any string or key in `value` holds U+0000. Recursion depth is bounded by serde_json's
-/// own nesting limit of 128 when the value was parsed.
-fn holds_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(map) => map
-            .iter()
-            .any(|(key, item)| key.contains('\0') || holds_nul(item)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
-    }
-}
-
 /// The path parameters as `T`, or a JSON 400 (a segment that is not UTF-8 once decoded, `%ff`).
 pub fn path<T>(path: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     path.map(|Path(value)| value)
@@ -274,16 +246,11 @@ mod tests {
     }
 
     #[test]
-    fn a_nul_in_a_name_or_anywhere_in_a_json_value_is_refused_by_name() {
+    fn a_nul_in_a_name_is_refused_by_name() {
         let limits = ApiConfig::default();
         let e = name("queue", "q\0", &limits).unwrap_err();
         assert_eq!((e.code, e.message.contains("queue")), ("nul_in_name", true));
         assert!(name("queue", "q0", &limits).is_ok());
-        for value in [json!("a\0"), json!([1, {"k": "\0"}]), json!({"\0": 1})] {
-            let e = nul_free_json(&value, "value").unwrap_err();
-            assert_eq!(e.code, "nul_in_json", "{value}");
-        }
-        assert!(nul_free_json(&json!({"k": ["a", 1, null]}), "value").is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | this one | the route table ([`ROUTES`], also checked against `sweeper/openapi.json`) and the router |
 //! | [`server`] | serving, and the graceful shutdown: stop accepting, finish what is in flight |
+//! | [`unparsed`] | hyper's own answers to requests it cannot parse, rewritten in the documented shape |
 //! | [`auth`] | bearer tokens granted to tenants, checked before anything else of a request; whether the API may listen open |
 //! | [`guard`] | the body read (bounded in bytes and time), then the in-flight limit and the request deadline, in front of every `/api/v1` route |
 //! | [`timers`] | schedule / reschedule / cancel through the seam; peek and list |
@@ -37,6 +38,7 @@ pub mod ops;
 pub mod server;
 pub mod system;
 pub mod timers;
+pub mod unparsed;
 pub mod views;
 
 use std::sync::Arc;

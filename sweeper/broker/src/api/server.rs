@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::guard::MAX_HEADERS;
+use super::unparsed::Documented;
 use super::{ApiState, router};
 
 /// Time the drain allows beyond the body read and the request deadline, for answers to be written
@@ -109,8 +110,10 @@ pub async fn serve(listener: TcpListener, state: ApiState, shutdown: Cancellatio
                 continue;
             }
         };
-        let connection =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = http.serve_connection(
+            Documented::new(TokioIo::new(stream)),
+            TowerToHyperService::new(app.clone()),
+        );
         let connection = connections.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {

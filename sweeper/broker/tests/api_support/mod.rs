@@ -222,9 +222,21 @@ impl Server {
 
     /// POST with a raw body, as given.
     pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        self.raw(self.client.post(self.url(path)), body).await
+    }
+
+    /// PUT with a raw body, as given.
+    pub async fn put_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        self.raw(self.client.put(self.url(path)), body).await
+    }
+
+    async fn raw(
+        &self,
+        request: reqwest::RequestBuilder,
+        body: impl Into<reqwest::Body>,
+    ) -> Answer {
         Answer::of(
-            self.client
-                .post(self.url(path))
+            request
                 .header("content-type", "application/json")
                 .body(body)
                 .send()
