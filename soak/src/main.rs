@@ -326,6 +326,16 @@ async fn soak(cli: Cli) -> Result<(), Error> {
     let rig = read_rig(&database).await?;
     eprintln!("soak: rig {}", rig.describe());
     let binary = sweeper_binary();
+    if let Some(broker) = &binary {
+        queen_soak::rig::same_build(broker)?;
+    }
+    let built = queen_soak::rig::source_commit();
+    match queen_soak::rig::tree_commit() {
+        Some(tree) if tree != built => eprintln!(
+            "soak: built at {built}, the working tree is at {tree}: the reports name {built}, the code that measures"
+        ),
+        _ => {}
+    }
     let run = Run {
         server_url: &database.url,
         sweeper_binary: binary.as_deref(),

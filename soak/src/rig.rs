@@ -6,10 +6,16 @@ use sqlx::PgPool;
 
 use crate::error::Error;
 
-/// The commit the measuring code was built from, as `git` in the working directory sees it:
-/// the short hash, with ` (dirty)` when tracked files differ from it; `unknown` outside a
-/// repository. Every number a report prints names this.
+/// The commit this binary was built from (`sweeper/build_commit.rs`): the short hash, with
+/// ` (dirty)` when tracked files differed from it; `unknown` outside a repository. Every number a
+/// report prints names this: the code that measured, whatever the working tree holds now.
 pub fn source_commit() -> String {
+    env!("QUEEN_BUILD_COMMIT").to_owned()
+}
+
+/// The working tree's commit as `git` sees it now, in the form of [`source_commit`]; `None`
+/// outside a repository.
+pub fn tree_commit() -> Option<String> {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -18,12 +24,41 @@ pub fn source_commit() -> String {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     };
-    match git(&["rev-parse", "--short=7", "HEAD"]) {
-        Some(hash) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+    let hash = git(&["rev-parse", "--short=7", "HEAD"])?;
+    Some(
+        match git(&["status", "--porcelain", "--untracked-files=no"]) {
             Some(changes) if changes.is_empty() => hash,
             _ => format!("{hash} (dirty)"),
         },
-        None => "unknown".to_owned(),
+    )
+}
+
+/// The commit in a `queen-sweeper --version` line (`queen-sweeper 0.1.0 (a667e95)`).
+pub fn commit_of_version(line: &str) -> Option<&str> {
+    let (_, rest) = line.trim().split_once(" (")?;
+    rest.strip_suffix(')')
+}
+
+/// Refuses a broker binary built from other code than this soak: its numbers would be named
+/// after the soak's commit while another broker made them.
+pub fn same_build(broker: &std::path::Path) -> Result<(), Error> {
+    let output = std::process::Command::new(broker)
+        .arg("--version")
+        .output()
+        .map_err(|source| Error::Spawn {
+            path: broker.to_owned(),
+            source,
+        })?;
+    let line = String::from_utf8_lossy(&output.stdout);
+    let theirs = commit_of_version(&line).unwrap_or("no commit");
+    let ours = source_commit();
+    if theirs == ours {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "{} was built at {theirs}, this soak at {ours}: build both from the same tree (cargo build --release -p queen-broker -p queen-soak)",
+            broker.display()
+        )))
     }
 }
 
@@ -121,6 +156,42 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_versions_commit_is_read_and_a_line_without_one_gives_none() {
+        assert_eq!(
+            commit_of_version("queen-sweeper 0.1.0 (a667e95)\n"),
+            Some("a667e95")
+        );
+        assert_eq!(
+            commit_of_version("queen-sweeper 0.1.0 (a667e95 (dirty))"),
+            Some("a667e95 (dirty)")
+        );
+        assert_eq!(commit_of_version("queen-sweeper 0.1.0"), None);
+    }
+
+    #[test]
+    fn a_broker_built_from_other_code_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("queen-same-build-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("queen-sweeper");
+        let write = |commit: &str| {
+            std::fs::write(
+                &fake,
+                format!("#!/bin/sh\necho 'queen-sweeper 0.1.0 ({commit})'\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        };
+        write("0000000");
+        let refused = same_build(&fake).unwrap_err().to_string();
+        assert!(refused.contains("built at 0000000"), "{refused}");
+        assert!(refused.contains(&source_commit()), "{refused}");
+        write(&source_commit());
+        same_build(&fake).expect("the same build");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn this_process_has_a_resident_size_and_a_peak_at_least_as_large() {

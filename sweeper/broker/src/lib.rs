@@ -13,3 +13,13 @@ pub mod process;
 pub mod queries;
 
 pub use process::BrokerError;
+
+/// The version `queen-sweeper --version` prints: the crate's, then the commit the binary was
+/// built from (`sweeper/build_commit.rs`), which the soak checks against its own before it starts
+/// broker processes.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("QUEEN_BUILD_COMMIT"),
+    ")"
+);

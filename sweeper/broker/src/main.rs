@@ -27,7 +27,7 @@ use queen_broker::process::{RunArgs, ServeArgs, run, serve};
 #[derive(Debug, Parser)]
 #[command(
     name = "queen-sweeper",
-    version,
+    version = queen_broker::VERSION,
     about = "The sweeper of the Queen broker"
 )]
 struct Cli {
