@@ -148,14 +148,31 @@ async fn from_url(url: &str) -> Result<Database, Error> {
 }
 
 /// Settings of the local cluster: durable (fsync and synchronous commit on, as a rig would run),
-/// with room for the soak's connections.
+/// with room for the soak's connections, and a log worth keeping: statements and autovacuums over
+/// a second, lock waits over `deadlock_timeout` (1 s), checkpoints. The log is kept at
+/// [`kept_log`] when the cluster stops, so a stall seen in a report can be read afterwards.
 fn local_options(port: u16) -> ClusterOptions {
     ClusterOptions {
         listen: Listen::Loopback { port },
         durable: true,
-        settings: vec![("max_connections".into(), "300".into())],
+        settings: [
+            ("max_connections", "300"),
+            ("log_min_duration_statement", "1000"),
+            ("log_autovacuum_min_duration", "1000"),
+            ("log_lock_waits", "on"),
+            ("log_checkpoints", "on"),
+        ]
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect(),
+        keep_log: Some(kept_log(port)),
         ..ClusterOptions::default()
     }
+}
+
+/// Where the log of the local cluster on `port` is kept once it stops.
+pub fn kept_log(port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("queen-soak-server-{port}.log"))
 }
 
 /// Starts a local cluster on a thread that lives as long as the process (the server is bound to
@@ -192,7 +209,10 @@ async fn local() -> Result<Database, Error> {
     Ok(Database {
         url,
         provider: ProviderKind::Local,
-        description: format!("a throwaway local cluster ({version}) on 127.0.0.1:{port}"),
+        description: format!(
+            "a throwaway local cluster ({version}) on 127.0.0.1:{port}, its log kept at {} when it stops",
+            kept_log(port).display()
+        ),
         postmaster_pid: pid,
         _keep_alive: Box::new(KeepAlive {
             keep: Some(keep),

@@ -61,7 +61,7 @@ pub mod knob {
             "claim lease; a pass stops claiming once it has spent half of it";
         CLAIM_BATCH = "QUEEN_SWEEPER_CLAIM_BATCH", 200, [1, 100_000],
             "rows per claim call";
-        CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 5_000, [1, 10_000_000],
+        CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 60_000, [1, 10_000_000],
             "rows per drain pass before the probe runs again";
         MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 8_388_608, [1024, 1024 * 1024 * 1024],
             "bytes per fire transaction; a bigger batch splits into several calls";

@@ -40,6 +40,8 @@ pub struct ClusterOptions {
     pub settings: Vec<(String, String)>,
     /// How long to wait for the server to accept connections.
     pub start_timeout: Duration,
+    /// Where the server's log is copied when the cluster stops, before its directory goes.
+    pub keep_log: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -49,6 +51,7 @@ impl Default for ClusterOptions {
             durable: false,
             settings: Vec::new(),
             start_timeout: Duration::from_secs(60),
+            keep_log: None,
         }
     }
 }
@@ -73,6 +76,7 @@ pub struct LocalCluster {
     port: u16,
     bin_dir: PathBuf,
     version: String,
+    keep_log: Option<PathBuf>,
 }
 
 impl LocalCluster {
@@ -101,6 +105,7 @@ impl LocalCluster {
             },
             bin_dir,
             version,
+            keep_log: options.keep_log.clone(),
         };
         cluster.initdb(&owner, &data_dir, options)?;
         cluster.spawn_server(&owner, &data_dir, options)?;
@@ -157,6 +162,14 @@ impl LocalCluster {
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             stop_child(&mut child);
+        }
+        if let Some(kept) = &self.keep_log
+            && let Err(error) = fs::copy(self.log_path(), kept)
+        {
+            eprintln!(
+                "queen test cluster: could not keep the server log at {}: {error}",
+                kept.display()
+            );
         }
         if self.dir.exists()
             && let Err(error) = fs::remove_dir_all(&self.dir)
@@ -520,5 +533,22 @@ mod tests {
             percent_encode_path(Path::new("/tmp/queen-pg-1/socket")),
             "%2Ftmp%2Fqueen-pg-1%2Fsocket"
         );
+    }
+
+    #[test]
+    fn a_stopped_cluster_leaves_its_log_where_it_was_asked_to() {
+        let kept = std::env::temp_dir().join(format!("queen-kept-log-{}.log", std::process::id()));
+        let _ = fs::remove_file(&kept);
+        let mut cluster = LocalCluster::start(&ClusterOptions {
+            keep_log: Some(kept.clone()),
+            ..ClusterOptions::default()
+        })
+        .expect("a local cluster");
+        let dir = cluster.dir.clone();
+        cluster.stop();
+        assert!(!dir.exists(), "the cluster's directory is removed");
+        let log = fs::read_to_string(&kept).expect("the kept log");
+        assert!(log.contains("ready to accept connections"), "{log}");
+        fs::remove_file(&kept).unwrap();
     }
 }

@@ -1,0 +1,88 @@
+-- Dated blocks from `soak experiments`, written on 2026-12-07 by rig 2c-24g-pg15; each block names the
+-- day and the rig it was measured on (a run with --only keeps the other settings' blocks).
+-- Apply them with `soak apply-blocks <this directory>`.
+
+-- [measured 2026-12-07] QUEEN_KV_USAGE_EVERY_MS = 300000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 000 tenants, KV rows as listed, a fifth as many pending timers
+--   commit:   398d97f
+--   symptom:  the rollup's cost tracks the tables' size: run too often, it takes a connection's time from the fire
+--   observed: 3 runs per value. one full rollup's time (ms) by KV rows (safe under 3000), median [min–max] per value: 10000: 33.9 [32.4–44.4]; 100000: 99.5 [95.6–115]; 400000: 378 [371–393]. At 1% of one connection the cadence must be at least 39330 ms for the slowest rollup of the largest table; at the shipped 300000 ms it uses 0.131% of one connection. The other side (how stale the usage figures may be) is the cadence itself, not a measurement.
+--   decision: 300000, by the rule at the top of 001_log_schema.sql (shipped was 300000): the shipped cadence is above the 1% cadence 39330 ms.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_LEASE_MS = 30000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 3 brokers, a backlog of 20000 timers, 4096 B payloads, 4 pushers × 100/s × 20 messages of 1024 B, QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS=50 QUEEN_SWEEPER_FIRE_TAKE=0
+--   commit:   398d97f
+--   symptom:  on the leased path, a fire that outlives its lease under push load: segments come back stale or fires time out; against it: a crashed broker's claimed timers wait out its lease
+--   observed: 3 runs per value. (1) stale segments + failed calls (safe at 0), median [min–max] per value: 100: 2.0 [1.0–2.0]; 200: 0.0 [0.0–1.0]; 500: 0.0 [0.0–0.0]; 2000: 0.0 [0.0–0.0]; 8000: 0.0 [0.0–0.0]; 10000: 0.0 [0.0–0.0]; 30000: 0.0 [0.0–0.0]. Edge 200, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the edge 200 overlaps its neighbour 100 (ranges (0.0, 1.0) and (1.0, 2.0)). (2) lateness (ms) of the latest timer due before a SIGKILL mid-drain and fired after it (safe within 1× the value + 5000), median [min–max] per value: 2000: 2492 [943–2505]; 8000: 1196 [1172–8503]; 10000: 1152 [1059–10469]; 30000: 1141 [1130–30523]. Edge 30000, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 30000, the sweep's end: the edge is there or beyond.
+--   decision: 30000, by the rule at the top of 001_log_schema.sql (shipped was 30000): the edge 200 is not resolved: one step beyond it; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_CLAIM_BATCH = 200
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 20 timers/s, 512 B payloads, the stream a tenant of its own
+--   commit:   398d97f
+--   symptom:  small claims pay a round trip for a few rows: a backlog drains slowly; against it: big claims make a small tenant's timers wait behind a big tenant's backlog
+--   observed: 3 runs per value. (1) drain rate of the backlog (timers/s, one broker) (safe within 10% of the best), median [min–max] per value: 50: 6148 [5612–9233]; 200: 19070 [15309–19514]; 800: 28790 [28696–28855]; 2000: 29694 [28667–39108]; 5000: 43789 [37585–43968]. Edge 5000, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the edge 5000 overlaps its neighbour 2000 (ranges (37585.0, 43968.0) and (28667.0, 39108.0)). (2) lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog (safe within 2× of the least), median [min–max] per value: 50: 28.4 [19.0–30.5]; 200: 26.5 [24.2–46.2]; 800: 68.1 [65.9–93.1]; 2000: 271 [125–532]; 5000: 441 [439–604]. Edge 200.
+--   decision: none; 200 stays in force: the edge 5000 is not resolved, but it is the bound of what the config accepts: nothing lies beyond it; 5000 shows side 2's symptom (lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog).
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_CYCLE_MAX_ROWS = 60000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 20 timers/s, 512 B payloads, the stream a tenant of its own, QUEEN_SWEEPER_CLAIM_BATCH=200
+--   commit:   398d97f
+--   symptom:  a short pass re-probes and sleeps the floor between passes: a backlog drains slowly; against it: a long pass does not look up from the backlog: a small tenant's timers wait
+--   observed: 3 runs per value. (1) drain rate of the backlog (timers/s, one broker) (safe within 10% of the best), median [min–max] per value: 200: 10443 [10016–12461]; 1000: 15766 [14280–16439]; 5000: 17506 [15735–18447]; 20000: 15941 [14362–16540]; 60000: 21514 [17416–22010]. Edge 60000. (2) lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog (safe within 2× of the least), median [min–max] per value: 200: 51.8 [40.2–60.2]; 1000: 33.8 [29.8–35.4]; 5000: 27.2 [24.8–46.4]; 20000: 32.6 [30.4–36.5]; 60000: 25.0 [22.5–26.1]. Edge 60000, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 60000, the sweep's end: the edge is there or beyond.
+--   decision: 60000, by the rule at the top of 001_log_schema.sql (shipped was 5000): the edge 60000 is resolved.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_MAX_FIRE_BYTES = 8388608
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 0 brokers, a backlog of 3000 timers, 65536 B payloads, 4 pushers × 50/s × 5 messages of 1024 B
+--   commit:   398d97f
+--   symptom:  one big fire transaction holds partition locks and the WAL while pushes wait: push p99 degrades; against it: small fires pay a commit per few timers: a backlog of big payloads drains slowly
+--   observed: 3 runs per value. (1) push p99 (ms) while a 64 KiB-payload backlog fires; value 0 = no sweeper (safe within 2× of the run without a sweeper), median [min–max] per value: 0: 3.4 [3.4–5.5]; 262144: 6.9 [4.8–7.2]; 1048576: 4.5 [4.4–5.4]; 8388608: 3.8 [2.8–3.9]; 67108864: 3.8 [3.0–5.0]. Edge 67108864, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 67108864, the sweep's end: the edge is there or beyond. (2) drain rate (timers/s) of the 64 KiB backlog (safe within 20% of the best), median [min–max] per value: 0: 0.0 [0.0–0.0]; 262144: 721 [645–794]; 1048576: 3698 [3247–3838]; 8388608: 17714 [17042–22372]; 67108864: 21274 [21022–24766]. Edge 8388608.
+--   decision: 8388608, by the rule at the top of 001_log_schema.sql (shipped was 8388608): the edge 67108864 is not resolved: one step beyond it; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_MAX_SLEEP_MS = 1000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 2 brokers, 20 timers/s, 512 B payloads
+--   commit:   398d97f
+--   symptom:  a timer committed where no local wake reaches (another broker) waits up to the ceiling; against it: a short ceiling probes an idle database for nothing
+--   observed: 3 runs per value. (1) lateness p99 (ms) of timers scheduled with no wake (safe within 1.2× the value + 0), median [min–max] per value: 250: 24.0 [13.3–25.4]; 1000: 91.2 [47.5–95.8]; 4000: 3023 [3017–3031]. (2) probes/s per broker at 20 timers/s (safe within 4× of the least), median [min–max] per value: 250: 18.9 [18.7–19.2]; 1000: 18.1 [17.6–18.2]; 4000: 15.0 [14.7–15.0]. Edge 250, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 250, the sweep's end: the edge is there or beyond.
+--   decision: 1000, by the rule at the top of 001_log_schema.sql (shipped was 1000): no edge is sought on side 1; the shipped value is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS = 25
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS=40
+--   commit:   398d97f
+--   symptom:  after an empty claim, coming back at once is a spin: the probe says work is due, the claim takes nothing, and the loop asks again while another transaction holds the rows; against it: a long sleep after an empty claim leaves the next burst waiting
+--   observed: 3 runs per value. (1) probe + claim calls/s, all brokers, with one due row held locked (the band's top at 8× its bottom) (safe at most 50% of the smallest value's), median [min–max] per value: 5: 359 [352–364]; 10: 204 [200–204]; 15: 142 [141–143]; 25: 88.8 [86.8–91.2]; 100: 24.5 [24.2–25.8]. Edge 15. (2) lateness p99 (ms) of the bursts (safe within 2× of the least), median [min–max] per value: 5: 43.2 [32.8–45.9]; 10: 42.5 [42.3–46.1]; 15: 46.7 [44.1–54.1]; 25: 64.7 [46.6–72.6]; 100: 180 [161–342]. Edge 25.
+--   decision: 25, by the rule at the top of 001_log_schema.sql (shipped was 25): the edge 15 is resolved; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25
+--   commit:   398d97f
+--   symptom:  a narrow band keeps the brokers that found nothing in step: they probe and claim together; against it: a wide band leaves the next burst waiting
+--   observed: 3 runs per value. (1) probe + claim calls/s, all brokers, with one due row held locked (the band's bottom at the shipped 25 ms) (safe at most 50% of the smallest value's), median [min–max] per value: 25: 319 [318–319]; 200: 89.7 [88.8–90.4]; 800: 28.6 [27.8–31.7]. Edge 200. (2) lateness p99 (ms) of the bursts (safe within 2× of the least), median [min–max] per value: 25: 51.4 [40.4–56.4]; 200: 73.5 [65.1–78.9]; 800: 191 [186–220]. Edge 200.
+--   decision: 200, by the rule at the top of 001_log_schema.sql (shipped was 200): the edge 200 is resolved; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_SWEEPER_MIN_SLEEP_MS = 1
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25
+--   commit:   398d97f
+--   symptom:  a floor too long leaves due work waiting between passes; against it: a floor too short probes again at once after a pass that left work: under a steady stream, more probes for the same timers
+--   observed: 3 runs per value. (1) drain rate (timers/s, one broker, shipped pass budget) (safe within 10% of the best), median [min–max] per value: 1: 17770 [14725–18523]; 5: 18152 [17133–18471]; 50: 16931 [15263–17463]; 200: 11759 [10974–12099]. Edge 50. (2) probes/s per broker, 3 brokers, 600 timers/s due within 0-200 ms (safe within 2× of the least), median [min–max] per value: 1: 44.6 [44.5–45.8]; 5: 38.3 [36.8–40.8]; 50: 24.1 [23.4–24.3]; 200: 23.1 [22.9–23.2]. Edge 1, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 1, the sweep's end: the edge is there or beyond.
+--   decision: 1, by the rule at the top of 001_log_schema.sql (shipped was 1): the edge 50 is resolved; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_KV_EXPIRE_EVERY_MS = 1000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, 2 pushers × 50/s × 10 messages of 512 B, 400 KV puts/s, TTL 100-300 ms, QUEEN_KV_EXPIRE_BATCH=50
+--   commit:   398d97f
+--   symptom:  a prune slower than the expiry rate: expired-but-present rows grow without bound (reads stay correct; the heap grows for good); against it: a prune run too often takes the partitions' neighbours' time: pushes wait
+--   observed: 3 runs per value. (1) growth of expired-not-pruned (rows/s, second half of the run), prune batch 50 (safe under 1), median [min–max] per value: 250: 0.0 [0.0–0.0]; 1000: 0.0 [0.0–0.0]; 4000: 246 [245–246]; 16000: 401 [401–401]. Edge 1000. (2) push p99 (ms), 2 pushers × 50/s (safe within 2× of the least), median [min–max] per value: 250: 3.0 [2.5–3.2]; 1000: 3.1 [2.2–3.2]; 4000: 3.6 [3.0–3.8]; 16000: 2.7 [2.5–2.9]. Edge 250, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 250, the sweep's end: the edge is there or beyond.
+--   decision: 1000, by the rule at the top of 001_log_schema.sql (shipped was 1000): the edge 1000 is resolved; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] QUEEN_KV_EXPIRE_BATCH = 1000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, 2 pushers × 50/s × 10 messages of 512 B, 400 KV puts/s, TTL 100-300 ms
+--   commit:   398d97f
+--   symptom:  a prune budget smaller than the expiry rate: expired-but-present rows grow without bound; against it: a big delete holds the WAL and the pages pushes need: push p99 degrades
+--   observed: 3 runs per value. (1) growth of expired-not-pruned (rows/s, second half of the run) (safe under 1), median [min–max] per value: 5: 336 [335–337]; 50: 0.0 [0.0–0.0]; 1000: 0.0 [0.0–0.0]; 10000: 0.0 [0.0–0.0]. Edge 50. (2) push p99 (ms), 2 pushers × 50/s (safe within 2× of the least), median [min–max] per value: 5: 4.2 [3.4–4.3]; 50: 4.2 [4.0–4.9]; 1000: 3.4 [3.2–3.5]; 10000: 3.7 [2.8–3.8]. Edge 10000, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 10000, the sweep's end: the edge is there or beyond.
+--   decision: 1000, by the rule at the top of 001_log_schema.sql (shipped was 1000): the edge 50 is resolved; the value in force lies beyond it and is safe on every side.
+
+-- [measured 2026-12-07] log_timers fillfactor = 100
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 2 brokers, 300 timers/s, 512 B payloads
+--   commit:   398d97f
+--   symptom:  free space per page that claims cannot use: a claim rewrites visible_at, which is indexed, so it is never a HOT update
+--   observed: 3 runs per value. (1) log_timers heap + index bytes at the end (safe within 1.25× of the least), median [min–max] per value: 100: 2465792 [2457600–2473984]; 90: 2949120 [1671168–2957312]; 70: 2768896 [2023424–3563520].
+--   decision: 100, by the rule at the top of 001_log_schema.sql (shipped was 100): no edge is sought on side 1; the shipped value is safe on every side.
+
