@@ -755,11 +755,11 @@ mod tests {
                 "change it there by hand",
             ),
             (
-                // Above CYCLE_MAX_ROWS' default of 5 000: the config refuses it.
+                // Above CYCLE_MAX_ROWS' default of 60 000: the config refuses it.
                 decided(
                     "QUEEN_SWEEPER_CLAIM_BATCH",
-                    6_000,
-                    "6000, by the rule: resolved.",
+                    70_000,
+                    "70000, by the rule: resolved.",
                 ),
                 "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
             ),

@@ -2001,7 +2001,14 @@ async fn a_capped_backlog_with_fast_calls_keeps_the_full_batch_and_the_floor() {
         };
         script.pool.extend(batch("k", 20_000));
     }
-    let mut sweeper = take_sweeper(fake, &[("QUEEN_SWEEPER_CLAIM_BATCH", "100")]);
+    // Passes of 5 000 rows, so three of them stop at their row budget with the backlog left.
+    let mut sweeper = take_sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "100"),
+            ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "5000"),
+        ],
+    );
     for _ in 0..3 {
         let report = sweeper.pass().await;
         assert_eq!(report.drain.unwrap().stop, DrainStop::RowBudget);
