@@ -113,19 +113,26 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| database_error(e, "connecting to the database"))?;
-        Ok(PgStore::from_pool(pool, config.statement_timeout())
-            .with_head_floors(config.head_floors()))
+        Ok(PgStore::with_floors(
+            pool,
+            config.statement_timeout(),
+            config.head_floors(),
+        ))
     }
 
     /// Wraps an existing pool. Its connections should carry `statement_timeout` (see
     /// [`connect_options`]); the client-side timeout applies either way.
     /// The head floors are the default configuration's ([`Config::head_floors`]).
     pub fn from_pool(pool: PgPool, statement_timeout: Duration) -> PgStore {
+        PgStore::with_floors(pool, statement_timeout, Config::default().head_floors())
+    }
+
+    fn with_floors(pool: PgPool, statement_timeout: Duration, policy: FloorPolicy) -> PgStore {
         PgStore {
             pool,
             client_timeout: statement_timeout + CLIENT_GRACE,
             statement_timeout,
-            floors: Arc::new(HeadFloors::new(Config::default().head_floors())),
+            floors: Arc::new(HeadFloors::new(policy)),
         }
     }
 
