@@ -15,6 +15,8 @@ fn git(args: &[&str]) -> Option<String> {
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+include!("tree_commit.rs");
+
 fn main() {
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         // A commit, a checkout or an add moves these.
@@ -33,12 +35,6 @@ fn main() {
             }
         }
     }
-    let commit = match git(&["rev-parse", "--short=7", "HEAD"]) {
-        Some(hash) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if changes.is_empty() => hash,
-            _ => format!("{hash} (dirty)"),
-        },
-        None => "unknown".to_owned(),
-    };
+    let commit = tree_commit_here().unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=QUEEN_BUILD_COMMIT={commit}");
 }

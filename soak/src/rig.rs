@@ -16,22 +16,10 @@ pub fn source_commit() -> String {
 /// The working tree's commit as `git` sees it now, in the form of [`source_commit`]; `None`
 /// outside a repository.
 pub fn tree_commit() -> Option<String> {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    let hash = git(&["rev-parse", "--short=7", "HEAD"])?;
-    Some(
-        match git(&["status", "--porcelain", "--untracked-files=no"]) {
-            Some(changes) if changes.is_empty() => hash,
-            _ => format!("{hash} (dirty)"),
-        },
-    )
+    tree_commit_here()
 }
+
+include!("../../sweeper/tree_commit.rs");
 
 /// The commit in a `queen-sweeper --version` line (`queen-sweeper 0.1.0 (a667e95)`).
 pub fn commit_of_version(line: &str) -> Option<&str> {
