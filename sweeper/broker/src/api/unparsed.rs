@@ -205,7 +205,12 @@ mod tests {
     /// One request through a real hyper connection whose I/O is [`Documented`]; the raw answer.
     async fn answer_to(request: &[u8]) -> String {
         let (client, server) = tokio::io::duplex(1 << 20);
-        let app = Router::new().route("/", get(|| async { "plain" }));
+        let app = Router::new().route("/", get(|| async { "plain" })).route(
+            "/refused",
+            get(|| async {
+                crate::api::errors::ApiError::bad_request("own_code", "the router's own 400")
+            }),
+        );
         let serving = tokio::spawn(http1::Builder::new().serve_connection(
             Documented::new(TokioIo::new(server)),
             TowerToHyperService::new(app),
@@ -266,5 +271,13 @@ mod tests {
         let answer = answer_to(b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
         assert!(answer.ends_with("\r\n\r\nplain"), "{answer}");
+        // The router's own 400 carries its content-type, so it is never taken for hyper's.
+        let refused = answer_to(b"GET /refused HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+        assert!(
+            refused.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{refused}"
+        );
+        assert!(refused.contains("\"own_code\""), "{refused}");
+        assert!(!refused.contains("malformed_request"), "{refused}");
     }
 }
