@@ -218,6 +218,9 @@ pub struct Targets<'a> {
     pub sql_dir: &'a Path,
     /// The sweeper's `config.rs`, whose `knobs!` table holds the defaults.
     pub config: &'a Path,
+    /// The API's `config.rs` (`sweeper/broker/src/api/config.rs`), whose `Knob` constants hold
+    /// the defaults of the settings the broker process reads.
+    pub api_config: &'a Path,
     /// Apply the blocks that can be, and list the refused ones, instead of writing nothing.
     pub partial: bool,
 }
@@ -239,10 +242,16 @@ pub fn apply(dir: &Path, to: Targets<'_>) -> Result<Vec<String>, String> {
     let mut contents = sql_files(to.sql_dir)?;
     let mut config = std::fs::read_to_string(to.config)
         .map_err(|e| format!("cannot read {}: {e}", to.config.display()))?;
+    let mut api_config = std::fs::read_to_string(to.api_config)
+        .map_err(|e| format!("cannot read {}: {e}", to.api_config.display()))?;
     let mut applied = Vec::new();
     let mut refused = Vec::new();
     for block in &blocks {
-        match apply_one(block, &mut contents, &mut config, to.sql_dir) {
+        let configs = Configs {
+            sweeper: &mut config,
+            api: &mut api_config,
+        };
+        match apply_one(block, &mut contents, configs, to.sql_dir) {
             Ok(line) => applied.push(line),
             Err(why) => refused.push(format!("{}: {why}", block.setting)),
         }
@@ -259,24 +268,34 @@ pub fn apply(dir: &Path, to: Targets<'_>) -> Result<Vec<String>, String> {
     }
     std::fs::write(to.config, config)
         .map_err(|e| format!("cannot write {}: {e}", to.config.display()))?;
+    std::fs::write(to.api_config, api_config)
+        .map_err(|e| format!("cannot write {}: {e}", to.api_config.display()))?;
     applied.extend(refused.into_iter().map(|r| format!("REFUSED {r}")));
     Ok(applied)
 }
 
-/// One block into the texts of the `.sql` files and of `config.rs`.
+/// The texts of the two files that hold knob defaults.
+struct Configs<'a> {
+    sweeper: &'a mut String,
+    api: &'a mut String,
+}
+
+/// One block into the texts of the `.sql` files and of the `config.rs` that holds its knob.
 fn apply_one(
     block: &Block,
     contents: &mut [(PathBuf, String)],
-    config: &mut String,
+    configs: Configs<'_>,
     sql_dir: &Path,
 ) -> Result<String, String> {
     let decided = block.decided();
     if let Decided::Refused(reason) = &decided {
         return Err(format!("the decision rule gave no value ({reason})"));
     }
-    let is_knob = queen_sweeper::knob::ALL
+    let sweeper_knob = queen_sweeper::knob::ALL
         .iter()
         .any(|k| k.var == block.setting);
+    let api = api_knob(configs.api, &block.setting);
+    let is_knob = sweeper_knob || api.is_some();
     let in_force = contents
         .iter()
         .find_map(|(_, content)| value_in_force(content, &block.setting))
@@ -295,12 +314,22 @@ fn apply_one(
                 block.value
             ));
         }
-        crate::experiments::valid_default(&block.setting, block.value)?;
+        match api {
+            Some(knob) => knob.accepts(&block.setting, block.value)?,
+            None => crate::experiments::valid_default(&block.setting, block.value)?,
+        }
     }
-    let mut new_config = None;
-    if is_knob {
-        new_config = Some(set_default(config, &block.setting, block.value)?);
-    }
+    let (config, new_config) = match api {
+        Some(_) => {
+            let new = set_api_default(configs.api, &block.setting, block.value)?;
+            (configs.api, Some(new))
+        }
+        None if sweeper_knob => {
+            let new = set_default(configs.sweeper, &block.setting, block.value)?;
+            (configs.sweeper, Some(new))
+        }
+        None => (configs.sweeper, None),
+    };
     for (path, content) in contents.iter_mut() {
         if let Some(replaced) = replace_in(content, block)? {
             *content = replaced;
@@ -383,12 +412,92 @@ pub fn set_default(config: &str, var: &str, value: u64) -> Result<String, String
     Ok(text)
 }
 
+/// The API's knobs as this soak was built with them (`sweeper/broker/src/api/config.rs`): the
+/// defaults and bounds of the settings the broker process reads, which the soak does not link.
+pub const API_CONFIG: &str = include_str!("../../sweeper/broker/src/api/config.rs");
+
+/// An API knob's default and bounds, as its `Knob { var, default, min, max, .. }` constant
+/// writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiKnob {
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+impl ApiKnob {
+    /// Whether `value` lies within the knob's bounds; the error names them.
+    pub fn accepts(&self, var: &str, value: u64) -> Result<(), String> {
+        if (self.min..=self.max).contains(&value) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{var} = {value} is outside its bounds [{}, {}]",
+                self.min, self.max
+            ))
+        }
+    }
+}
+
+/// The lines of `var`'s `Knob { .. }` constant in an API `config.rs` text: from its `var:` line
+/// to the closing `};`.
+fn api_knob_lines<'a>(config: &'a str, var: &str) -> Option<(usize, Vec<&'a str>)> {
+    let needle = format!("var: \"{var}\",");
+    let lines: Vec<&str> = config.lines().collect();
+    let at = lines.iter().position(|l| l.trim() == needle)?;
+    let end = lines[at..].iter().position(|l| l.trim() == "};")? + at;
+    Some((at, lines[at..end].to_vec()))
+}
+
+/// `var`'s default and bounds in an API `config.rs` text; None when it is not an API knob.
+pub fn api_knob(config: &str, var: &str) -> Option<ApiKnob> {
+    let (_, lines) = api_knob_lines(config, var)?;
+    let field = |name: &str| {
+        lines.iter().find_map(|l| {
+            let expr = l.trim().strip_prefix(name)?.strip_prefix(':')?;
+            evaluate(expr.trim().trim_end_matches(','))
+        })
+    };
+    Some(ApiKnob {
+        default: field("default")?,
+        min: field("min")?,
+        max: field("max")?,
+    })
+}
+
+/// An API `config.rs` text with `var`'s `default:` set to `value` (unchanged when it is already
+/// that number).
+pub fn set_api_default(config: &str, var: &str, value: u64) -> Result<String, String> {
+    let current = api_knob(config, var)
+        .ok_or_else(|| format!("{var}: the API's config.rs has no readable Knob for it"))?;
+    if current.default == value {
+        return Ok(config.to_owned());
+    }
+    let (at, lines) = api_knob_lines(config, var).expect("read just above");
+    let offset = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("default:"))
+        .expect("api_knob read its default");
+    let mut out: Vec<String> = config.lines().map(str::to_owned).collect();
+    let line = &out[at + offset];
+    let indent = &line[..line.len() - line.trim_start().len()];
+    out[at + offset] = format!("{indent}default: {},", grouped(value));
+    let mut text = out.join("\n");
+    if config.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
 /// A default as written in the table: `5_000`, `1024 * 1024`, `24 * HOUR_MS`.
 fn evaluate(expr: &str) -> Option<u64> {
     expr.split('*').try_fold(1u64, |acc, factor| {
         let factor = factor.trim();
         let n = match factor {
             "HOUR_MS" => 3_600_000,
+            // The API's config.rs names these.
+            "MIB" => 1024 * 1024,
+            "TEN_YEARS_S" => 315_360_000,
             digits => digits.replace('_', "").parse().ok()?,
         };
         acc.checked_mul(n)
@@ -619,6 +728,88 @@ mod tests {
 
     const CONFIG: &str = "    knobs! {\n        LEASE_MS = \"QUEEN_SWEEPER_LEASE_MS\", 30_000, [100, HOUR_MS],\n            \"claim lease\";\n        CLAIM_BATCH = \"QUEEN_SWEEPER_CLAIM_BATCH\", 200, [1, 100_000],\n            \"rows per claim call\";\n        MAX_FIRE_BYTES = \"QUEEN_SWEEPER_MAX_FIRE_BYTES\", 1024 * 1024, [1024, 1024 * 1024 * 1024],\n            \"bytes\";\n    }\n";
 
+    const API_CONFIG_SAMPLE: &str = "    pub const MAX_IN_FLIGHT: Knob = Knob {\n        var: \"QUEEN_API_MAX_IN_FLIGHT\",\n        default: 64,\n        min: 1,\n        max: 10_000,\n        help: \"slots\",\n    };\n    pub const IDEMPOTENCY_WINDOW_S: Knob = Knob {\n        var: \"QUEEN_API_IDEMPOTENCY_WINDOW_S\",\n        default: 3_600,\n        min: 1,\n        max: 7 * 24 * 3_600,\n        help: \"seconds\",\n    };\n";
+
+    #[test]
+    fn an_api_knob_is_read_and_its_default_rewritten_in_its_constant_alone() {
+        let window = "QUEEN_API_IDEMPOTENCY_WINDOW_S";
+        assert_eq!(
+            api_knob(API_CONFIG_SAMPLE, window),
+            Some(ApiKnob {
+                default: 3_600,
+                min: 1,
+                max: 604_800
+            })
+        );
+        assert_eq!(api_knob(API_CONFIG_SAMPLE, "QUEEN_SWEEPER_LEASE_MS"), None);
+        let out = set_api_default(API_CONFIG_SAMPLE, window, 600).unwrap();
+        assert_eq!(api_knob(&out, window).unwrap().default, 600);
+        assert!(out.contains("\n        default: 600,\n        min: 1,\n        max: 7 * 24"));
+        assert!(
+            out.contains("default: 64,"),
+            "the other knob keeps its default"
+        );
+        assert_eq!(
+            out.len() + 2,
+            API_CONFIG_SAMPLE.len(),
+            "only `3_600` became `600`"
+        );
+        assert!(api_knob(&out, window).unwrap().accepts(window, 0).is_err());
+    }
+
+    #[test]
+    fn every_knob_of_the_apis_config_is_readable_here() {
+        let vars: Vec<&str> = API_CONFIG
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("var: \"")?.strip_suffix("\","))
+            .collect();
+        assert!(vars.len() >= 10, "{vars:?}");
+        for var in vars {
+            assert!(
+                api_knob(API_CONFIG, var).is_some(),
+                "{var}: its Knob in sweeper/broker/src/api/config.rs uses a form blocks.rs cannot read"
+            );
+        }
+    }
+
+    #[test]
+    fn apply_writes_an_api_knobs_default_in_the_apis_config() {
+        let s = Scratch::new(
+            "api",
+            &[decided(
+                "QUEEN_API_IDEMPOTENCY_WINDOW_S",
+                600,
+                "600, by the rule (shipped was 3600): resolved.",
+            )],
+        );
+        let applied = s.apply(false).expect("applied");
+        assert!(applied[0].contains("was 3600"), "{applied:?}");
+        assert!(
+            s.read("sql/001.sql")
+                .contains("] QUEEN_API_IDEMPOTENCY_WINDOW_S = 600\n")
+        );
+        assert_eq!(
+            api_knob(&s.read("api_config.rs"), "QUEEN_API_IDEMPOTENCY_WINDOW_S").map(|k| k.default),
+            Some(600)
+        );
+        assert_eq!(
+            s.read("config.rs"),
+            CONFIG,
+            "the sweeper's config is not the API's"
+        );
+        let beyond = Scratch::new(
+            "api-beyond",
+            &[decided(
+                "QUEEN_API_IDEMPOTENCY_WINDOW_S",
+                999_999_999,
+                "999999999, by the rule: resolved.",
+            )],
+        );
+        let error = beyond.apply(false).expect_err("outside the bounds");
+        assert!(error.contains("outside its bounds [1, 604800]"), "{error}");
+        assert_eq!(beyond.read("api_config.rs"), API_CONFIG_SAMPLE);
+    }
+
     fn decided(setting: &str, value: u64, decision: &str) -> Block {
         let mut b = block(setting, value);
         b.lines.push(format!("--   decision: {decision}"));
@@ -682,10 +873,11 @@ mod tests {
             std::fs::create_dir_all(dir.join("sql")).unwrap();
             std::fs::write(
                 dir.join("sql/001.sql"),
-                "-- [not measured] QUEEN_SWEEPER_CLAIM_BATCH = 200: a guess.\n-- [not measured] log_timers fillfactor = 100: a guess.\nSELECT 1;\n",
+                "-- [not measured] QUEEN_SWEEPER_CLAIM_BATCH = 200: a guess.\n-- [not measured] log_timers fillfactor = 100: a guess.\n-- [not measured] QUEEN_API_IDEMPOTENCY_WINDOW_S = 3600: a guess.\nSELECT 1;\n",
             )
             .unwrap();
             std::fs::write(dir.join("config.rs"), CONFIG).unwrap();
+            std::fs::write(dir.join("api_config.rs"), API_CONFIG_SAMPLE).unwrap();
             let text: Vec<String> = blocks.iter().map(Block::text).collect();
             std::fs::write(dir.join("blocks.sql"), text.join("\n\n")).unwrap();
             Scratch(dir)
@@ -697,6 +889,7 @@ mod tests {
                 Targets {
                     sql_dir: &self.0.join("sql"),
                     config: &self.0.join("config.rs"),
+                    api_config: &self.0.join("api_config.rs"),
                     partial,
                 },
             )
@@ -811,19 +1004,21 @@ mod tests {
         let mut knobs_seen = 0;
         for (file, text) in sql_files(&sql).unwrap() {
             for block in find_in_sql(&text).unwrap() {
-                if let Some(knob) = queen_sweeper::knob::ALL
+                let default = queen_sweeper::knob::ALL
                     .iter()
                     .find(|k| k.var == block.setting)
-                {
+                    .map(|k| k.default)
+                    .or_else(|| api_knob(API_CONFIG, &block.setting).map(|k| k.default));
+                if let Some(default) = default {
                     knobs_seen += 1;
                     assert_eq!(
                         block.value,
-                        knob.default,
+                        default,
                         "{}: the block of {} says {} but config.rs ships {}; apply-blocks writes both",
                         file.display(),
                         block.setting,
                         block.value,
-                        knob.default
+                        default
                     );
                 }
             }

@@ -85,6 +85,15 @@ impl Counters {
     }
 }
 
+/// What a schedule call was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduled {
+    /// Per op, the promised delivery instant (epoch µs), None when the op was refused.
+    pub promised: Vec<Option<i64>>,
+    /// The answer is an earlier call's, replayed for its `Idempotency-Key`.
+    pub replayed: bool,
+}
+
 /// One broker.
 pub enum Broker {
     InProcess {
@@ -146,11 +155,12 @@ impl Broker {
         })
     }
 
-    /// Starts `queen-sweeper serve` with `knobs` in its environment and waits for /healthz.
+    /// Starts `queen-sweeper serve` with `knobs`, and the API's settings in `api_env`, in its
+    /// environment, and waits for /healthz.
     pub async fn process(
         binary: &std::path::Path,
         url: &str,
-        knobs: &queen_harness::Knobs,
+        (knobs, api_env): (&queen_harness::Knobs, &[(&str, String)]),
         identity: &str,
     ) -> Result<Broker, Error> {
         let port = crate::provider::free_loopback_port()?;
@@ -172,6 +182,9 @@ impl Broker {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         for (var, value) in knobs.env() {
+            command.env(var, value);
+        }
+        for (var, value) in api_env {
             command.env(var, value);
         }
         let child = command.spawn().map_err(|source| Error::Spawn {
@@ -234,10 +247,20 @@ impl Broker {
         }
     }
 
-    /// Schedules `ops` for `tenant` through this broker's seam (in-process) or its HTTP API,
-    /// and returns each op's promised delivery instant, epoch microseconds (None when refused).
-    pub async fn schedule(&self, tenant: &str, ops: &[TimerOp]) -> Result<Vec<Option<i64>>, Error> {
+    /// Schedules `ops` for `tenant` through this broker's seam (in-process) or its HTTP API
+    /// (with `key` as its `Idempotency-Key`, if given), and returns each op's promised delivery
+    /// instant, epoch microseconds (None when refused), and whether the answer replays an
+    /// earlier call's.
+    pub async fn schedule(
+        &self,
+        tenant: &str,
+        ops: &[TimerOp],
+        key: Option<&str>,
+    ) -> Result<Scheduled, Error> {
         match self {
+            Broker::InProcess { .. } if key.is_some() => Err(Error::Broker(
+                "an Idempotency-Key goes through a broker process's API; an in-process broker has none".to_owned(),
+            )),
             Broker::InProcess { seam, store, .. } => {
                 let opened = store
                     .begin_timer_tx()
@@ -255,14 +278,21 @@ impl Broker {
                 tx.commit()
                     .await
                     .map_err(Error::sweeper("cannot commit the schedule"))?;
-                Ok(promised)
+                Ok(Scheduled {
+                    promised,
+                    replayed: false,
+                })
             }
             Broker::Process { listen, client, .. } => {
                 let body = serde_json::json!({ "ops": ops.iter().map(TimerOp::to_json).collect::<Vec<_>>() });
-                let response = client
+                let mut request = client
                     .post(format!("http://{listen}/api/v1/timers"))
                     .header("x-queen-tenant", tenant)
-                    .json(&body)
+                    .json(&body);
+                if let Some(key) = key {
+                    request = request.header("idempotency-key", key);
+                }
+                let response = request
                     .send()
                     .await
                     .map_err(Error::http(format!("cannot schedule through {listen}")))?;
@@ -273,10 +303,14 @@ impl Broker {
                         response.text().await.unwrap_or_default()
                     )));
                 }
+                let replayed = response
+                    .headers()
+                    .get("idempotent-replayed")
+                    .is_some_and(|v| v == "true");
                 let answer: serde_json::Value = response.json().await.map_err(Error::http(
                     format!("the schedule answer of {listen} is not JSON"),
                 ))?;
-                Ok(answer["results"]
+                let promised = answer["results"]
                     .as_array()
                     .map(|results| {
                         results
@@ -284,7 +318,8 @@ impl Broker {
                             .map(|r| r["deliverAt"].as_str().and_then(epoch_us))
                             .collect()
                     })
-                    .unwrap_or_default())
+                    .unwrap_or_default();
+                Ok(Scheduled { promised, replayed })
             }
         }
     }

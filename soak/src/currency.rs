@@ -55,6 +55,14 @@ const TIMERS_TABLE: &[&str] = &[
     "sql/015_timers_take.sql",
 ];
 
+/// The idempotency keys of schedule calls: their table and calls, and the handler that takes
+/// them inside the schedule's transaction.
+const IDEMPOTENCY: &[&str] = &[
+    "sql/060_api_idempotency.sql",
+    "sweeper/broker/src/api/timers.rs",
+    "sweeper/broker/src/queries.rs",
+];
+
 /// The files (or folders) whose change can move each measured setting's edge. A setting with a
 /// block and no entry here is an error of `--check`, so the map cannot fall behind the blocks.
 pub const GOVERNS: &[(&str, &[&str])] = &[
@@ -71,6 +79,7 @@ pub const GOVERNS: &[(&str, &[&str])] = &[
     ("QUEEN_KV_USAGE_EVERY_MS", ROLLUP),
     ("log_timers fillfactor", TIMERS_TABLE),
     ("log_timers autovacuum_vacuum_threshold", TIMERS_TABLE),
+    ("QUEEN_API_IDEMPOTENCY_WINDOW_S", IDEMPOTENCY),
 ];
 
 /// The files `setting` governs, if the map names it.

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::rig::Rig;
-use crate::run::{Run, RunResult, Workload};
+use crate::run::{IDEMPOTENCY_WINDOW, Keyed, Run, RunResult, Workload};
 use queen_sweeper::knob;
 
 /// A setting and what its sweep found.
@@ -129,8 +129,12 @@ pub enum Criterion {
     /// (the floor that spins).
     UnderFloor(f64),
     /// At most the value itself times the factor, plus the slack: a lateness the setting is
-    /// meant to bound (the sleep ceiling, the lease).
+    /// meant to bound (the sleep ceiling, the lease), or a span the value must cover (a retry
+    /// horizon under a key's window).
     WithinValue { factor: f64, slack: f64 },
+    /// Recorded for the block, never judged: a cost an operator sizes for (a table's bytes),
+    /// with no symptom of its own on this rig.
+    Recorded,
 }
 
 impl Criterion {
@@ -160,6 +164,7 @@ impl Criterion {
                 Criterion::WithinValue { factor, slack } => {
                     p.metric <= p.value as f64 * factor + slack
                 }
+                Criterion::Recorded => true,
             })
             .collect()
     }
@@ -182,6 +187,7 @@ impl Criterion {
             Criterion::WithinValue { factor, slack } => {
                 format!("safe within {factor}× the value + {slack}")
             }
+            Criterion::Recorded => "recorded, not judged".to_owned(),
         }
     }
 }
@@ -292,8 +298,11 @@ type MakeWorkload = dyn Fn(u64) -> Workload;
 struct SideSpec {
     symptom: &'static str,
     metric_name: &'static str,
-    /// None: read off the first side's runs (the same workload measures both numbers).
+    /// None: read off the first side's runs (the same workload measures both numbers), or off
+    /// `runs_of_side`'s.
     workload: Option<Box<MakeWorkload>>,
+    /// Without a workload of its own: the side (1-based) whose runs this side reads.
+    runs_of_side: Option<usize>,
     /// The values this side runs (None: all of the sweep's).
     values: Option<Vec<u64>>,
     metric: Metric,
@@ -335,6 +344,36 @@ fn push_p99(r: &RunResult) -> f64 {
     r.push_latency_ms.p99
 }
 
+fn schedule_p99(r: &RunResult) -> f64 {
+    r.schedule_latency_ms.p99
+}
+
+/// How long a keyed call's outcome stayed unknown to its client, in seconds (a window's unit):
+/// the longer of the longest retried call (first send to the answer of a retry) and the crash
+/// to every broker's `/healthz` saying ready again (no retry is answered sooner, and whether a
+/// call failed and was retried, or waited inside the broker, is a matter of timing: one crash in
+/// six of the first trial failed no call). A call whose retries ran out counts as the whole
+/// retry budget.
+fn unknown_outcome_s(r: &RunResult) -> f64 {
+    let budget = crate::run::KEYED_RETRY_FOR.as_secs_f64() * 1000.0;
+    let ready_again = r
+        .healthz
+        .as_ref()
+        .and_then(|h| h.ready_again_after_ms)
+        .unwrap_or(0.0);
+    let ms = match &r.keyed {
+        Some(k) if k.abandoned == 0 => k.longest_retry_ms.max(ready_again),
+        _ => budget,
+    };
+    (ms / 10.0).round() / 100.0
+}
+
+fn key_table_mib(r: &RunResult) -> f64 {
+    r.keyed.as_ref().map_or(0.0, |k| {
+        (k.table_bytes as f64 / 1_048_576.0 * 10.0).round() / 10.0
+    })
+}
+
 fn probes_per_s(r: &RunResult) -> f64 {
     r.queries_per_s_per_broker
         .get("probe")
@@ -364,6 +403,7 @@ fn same_runs(
         symptom,
         metric_name,
         workload: None,
+        runs_of_side: None,
         values: None,
         metric,
         criterion,
@@ -438,6 +478,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                         w.drain_limit_s = lease / 1000 + 20;
                         leased(w, lease)
                     })),
+                    runs_of_side: None,
                     values: Some(vec![2_000, 8_000, 10_000, 30_000]),
                     metric: crash_latest,
                     criterion: Criterion::WithinValue {
@@ -665,6 +706,7 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                         w.knob("QUEEN_SWEEPER_MIN_SLEEP_MS", floor)
                             .knob(EMPTY_MIN, floor.max(25))
                     })),
+                    runs_of_side: None,
                     values: None,
                     metric: probes_per_s,
                     criterion: Criterion::NearLeast(2.0),
@@ -745,7 +787,85 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 Toward::Nowhere,
             )],
         },
+        Sweep {
+            setting: IDEMPOTENCY_WINDOW,
+            shipped: api_default(IDEMPOTENCY_WINDOW),
+            unit: "s",
+            values: vec![1, 10, 60, 600, 3_600, 14_400],
+            workload: Box::new(move |window| {
+                // The crash of the faults suite, under keyed calls: a backlog written just before
+                // (seconds of WAL to replay), the server crashed 2 s into its drain, every call
+                // that fails retried with its key until it is answered.
+                let mut w = keyed_calls("idempotency, crash", s.min(10), window, false);
+                w.backlog = 100_000;
+                (w.tenants, w.queues, w.partitions) = (1, 4, 8);
+                w.crash_server_at_s = Some(2);
+                w
+            }),
+            sides: vec![
+                same_runs(
+                    "a key that expires before its call's retry: a schedule whose reply was lost (its work committed) is scheduled again and fires twice",
+                    "the longest a keyed call's outcome stayed unknown (s): a failed call's first send to its retry's answer, or the crash to /healthz ready again, whichever is longer; the server crashed under 100 keyed calls/s",
+                    unknown_outcome_s,
+                    Criterion::WithinValue {
+                        factor: 1.0,
+                        slack: 0.0,
+                    },
+                    Toward::Below,
+                ),
+                SideSpec {
+                    symptom: "a long window keeps a key per call for the whole window: the table, and the schedule call that reads and trims it, grow",
+                    metric_name: "keyed schedule p99 (ms), the key table holding a full window of 100 keyed calls/s",
+                    workload: Some(Box::new(move |window| {
+                        keyed_calls("idempotency, a full window", s, window, true)
+                    })),
+                    runs_of_side: None,
+                    values: None,
+                    metric: schedule_p99,
+                    criterion: Criterion::NearLeast(2.0),
+                    symptom_at: Toward::Above,
+                },
+                SideSpec {
+                    symptom: "the key table's size, which the operator provisions",
+                    metric_name: "queen.api_idempotency bytes at the end (MiB: heap, indexes, TOAST)",
+                    workload: None,
+                    runs_of_side: Some(2),
+                    values: None,
+                    metric: key_table_mib,
+                    criterion: Criterion::Recorded,
+                    symptom_at: Toward::Nowhere,
+                },
+            ],
+        },
     ]
+}
+
+/// The default of an API knob, from the API's config.rs the soak was built with.
+///
+/// # Panics
+/// When `var` has no readable `Knob` there (a test reads every one).
+fn api_default(var: &str) -> u64 {
+    match crate::blocks::api_knob(crate::blocks::API_CONFIG, var) {
+        Some(knob) => knob.default,
+        None => panic!("{var}: no Knob of that name in sweeper/broker/src/api/config.rs"),
+    }
+}
+
+/// 500 timers/s due within 2 s, scheduled by 3 broker processes in 100 keyed calls/s of 5, under
+/// the idempotency window `window` (seconds); `backfill`: the key table starts as a full window
+/// of these calls leaves it.
+fn keyed_calls(label: &str, s: u64, window: u64, backfill: bool) -> Workload {
+    let mut w = Workload::quiet(label, s);
+    w.brokers = 3;
+    w.broker_processes = true;
+    w.timers_per_s = 500;
+    w.timer_delay_ms = (0, 2_000);
+    w.drain_limit_s = 120;
+    w.keyed = Some(Keyed {
+        window_s: window,
+        backfill,
+    });
+    w
 }
 
 /// 5 brokers, a burst of 300 timers every second, and one due row held locked: every probe
@@ -882,15 +1002,21 @@ async fn run_sweep(
             }
         }
     }
-    let mut sides = Vec::new();
+    // Per side: the index of the workload whose runs it reads.
+    let mut of_side: Vec<usize> = Vec::new();
     let mut own = 0;
     for spec in &sweep.sides {
-        let w = if spec.workload.is_some() {
-            own += 1;
-            own
-        } else {
-            0
-        };
+        of_side.push(match (&spec.workload, spec.runs_of_side) {
+            (Some(_), _) => {
+                own += 1;
+                own
+            }
+            (None, Some(side)) => of_side[side - 1],
+            (None, None) => 0,
+        });
+    }
+    let mut sides = Vec::new();
+    for (spec, &w) in sweep.sides.iter().zip(&of_side) {
         let (workload, values) = &workloads[w];
         let points: Vec<Point> = values
             .iter()
@@ -1034,6 +1160,9 @@ fn non_monotonic(points: &[Point]) -> Option<String> {
 /// Whether `value` may be the default of `setting` with every other knob at its default (a
 /// setting that is not a knob of the sweeper's, such as a fillfactor, has no such constraint).
 pub fn valid_default(setting: &str, value: u64) -> Result<(), String> {
+    if let Some(api) = crate::blocks::api_knob(crate::blocks::API_CONFIG, setting) {
+        return api.accepts(setting, value);
+    }
     if !knob::ALL.iter().any(|k| k.var == setting) {
         return Ok(());
     }
@@ -1350,7 +1479,16 @@ mod tests {
                     panic!("{} = {value}: {e}", sweep.setting);
                 }
             }
-            for side in &sweep.sides {
+            for (i, side) in sweep.sides.iter().enumerate() {
+                if let Some(of) = side.runs_of_side {
+                    assert!(
+                        of >= 1 && of - 1 < i && sweep.sides[of - 1].workload.is_some(),
+                        "{}: side {} reads the runs of side {of}, which must come before it and run a workload of its own",
+                        sweep.setting,
+                        i + 1
+                    );
+                    assert!(side.workload.is_none() && side.values.is_none());
+                }
                 let values = side.values.clone().unwrap_or_else(|| sweep.values.clone());
                 assert!(
                     values.contains(&sweep.shipped),

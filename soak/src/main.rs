@@ -140,6 +140,9 @@ enum Command {
         /// The sweeper's config.rs, whose knobs table holds the defaults the blocks decide.
         #[arg(long, default_value = "sweeper/src/config.rs")]
         config: PathBuf,
+        /// The API's config.rs, whose Knob constants hold the broker process's defaults.
+        #[arg(long, default_value = "sweeper/broker/src/api/config.rs")]
+        api_config: PathBuf,
         /// Apply the blocks that can be and list the refused ones (default: a refusal writes
         /// nothing).
         #[arg(long)]
@@ -172,6 +175,7 @@ fn main() -> ExitCode {
             dir,
             sql_dir,
             config,
+            api_config,
             partial,
         }) => Some(
             blocks::apply(
@@ -179,6 +183,7 @@ fn main() -> ExitCode {
                 blocks::Targets {
                     sql_dir,
                     config,
+                    api_config,
                     partial: *partial,
                 },
             )
@@ -674,16 +679,23 @@ async fn smoke(run: &Run<'_>, rig: &Rig, date: &str, have_binary: bool) -> Resul
         &blocks::file_text(&emitted, rig, date),
     )?;
     let config_copy = scratch.join("config.rs");
-    std::fs::copy("sweeper/src/config.rs", &config_copy).map_err(|e| {
-        Error::Message(format!(
-            "cannot copy sweeper/src/config.rs (soak runs from the repository root): {e}"
-        ))
-    })?;
+    let api_config_copy = scratch.join("api_config.rs");
+    for (from, to) in [
+        ("sweeper/src/config.rs", &config_copy),
+        ("sweeper/broker/src/api/config.rs", &api_config_copy),
+    ] {
+        std::fs::copy(from, to).map_err(|e| {
+            Error::Message(format!(
+                "cannot copy {from} (soak runs from the repository root): {e}"
+            ))
+        })?;
+    }
     let applied = blocks::apply(
         &scratch,
         blocks::Targets {
             sql_dir: &sql_copy,
             config: &config_copy,
+            api_config: &api_config_copy,
             partial: true,
         },
     )?;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use crate::bench::cpu;
-use crate::brokers::{Broker, Counters};
+use crate::brokers::{Broker, Counters, Scheduled};
 use crate::db::{RunDb, Sizes};
 use crate::error::Error;
 use crate::healthz::{HealthPolls, Poll, Poller};
@@ -112,7 +112,40 @@ pub struct Workload {
     /// Autovacuum settings for this run, if not the server's and the schema's defaults.
     #[serde(default)]
     pub autovacuum: Option<Autovacuum>,
+    /// Every schedule call carries an `Idempotency-Key` of its own, and a call that fails is
+    /// retried with its key and body until it is answered, as a careful client does (broker
+    /// processes only).
+    #[serde(default)]
+    pub keyed: Option<Keyed>,
 }
+
+/// Keyed schedule calls ([`Workload::keyed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Keyed {
+    /// `QUEEN_API_IDEMPOTENCY_WINDOW_S` of the broker processes.
+    pub window_s: u64,
+    /// Before the load, fill the key table as this load leaves it once it has run a whole
+    /// window: a key per schedule call (one per 10 ms tick) for `window_s` seconds, created
+    /// evenly over the last window, so the oldest expire during the run as they would.
+    pub backfill: bool,
+}
+
+impl Keyed {
+    /// The keys a full window of `w`'s calls leaves in the table (a call per 10 ms tick).
+    pub fn keys_in_window(&self, w: &Workload) -> u64 {
+        if w.timers_per_s == 0 {
+            return 0;
+        }
+        self.window_s * u64::from(w.timers_per_s).min(100)
+    }
+}
+
+/// The variable of the API's idempotency window.
+pub const IDEMPOTENCY_WINDOW: &str = "QUEEN_API_IDEMPOTENCY_WINDOW_S";
+
+/// How long a failed keyed call waits before its next retry, and how long it keeps retrying.
+const KEYED_RETRY_GAP: Duration = Duration::from_millis(100);
+pub const KEYED_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// How eagerly dead timer rows are vacuumed during a run: per table on `queen.log_timers`, and
 /// the server's naptime (set with `ALTER SYSTEM` for the run, reset after it).
@@ -169,6 +202,7 @@ impl Workload {
             slow_clients_per_broker: 0,
             bad_input_rounds: 0,
             autovacuum: None,
+            keyed: None,
         }
     }
 
@@ -255,8 +289,27 @@ impl Workload {
                 self.hold_due_locked
             ));
         }
-        if !self.knobs.is_empty() {
-            let knobs: Vec<String> = self.knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(keyed) = self.keyed {
+            let mut words = format!(
+                "every call keyed and retried every {} ms until answered",
+                KEYED_RETRY_GAP.as_millis()
+            );
+            if keyed.backfill {
+                words.push_str(&format!(
+                    ", the key table holding a full window ({} keys)",
+                    keyed.keys_in_window(self)
+                ));
+            }
+            parts.push(words);
+        }
+        if self.crash_server_at_s.is_some() {
+            parts.push("the server crashed mid-load".to_owned());
+        }
+        let mut knobs: Vec<String> = self.knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(keyed) = self.keyed {
+            knobs.push(format!("{IDEMPOTENCY_WINDOW}={}", keyed.window_s));
+        }
+        if !knobs.is_empty() {
             parts.push(knobs.join(" "));
         }
         parts.join(", ")
@@ -407,7 +460,29 @@ pub struct RunResult {
     /// What the brokers answered to the bad-input table, when the run sent it.
     #[serde(default)]
     pub bad_input: Option<BadInputDone>,
+    /// The keyed schedule calls, when the workload keyed them.
+    #[serde(default)]
+    pub keyed: Option<KeyedCalls>,
     pub series: Vec<Sample>,
+}
+
+/// What a run's keyed schedule calls did ([`Workload::keyed`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeyedCalls {
+    /// Calls answered, on their first try or a retry.
+    pub answered: u64,
+    /// Calls that failed at least once and were retried.
+    pub retried: u64,
+    /// Answers that replayed an earlier call's results: a reply lost after its work committed.
+    pub replayed: u64,
+    /// Calls still unanswered when their retries ran out.
+    pub abandoned: u64,
+    /// The longest a retried call took from its first send to its answer, ms: how long its key
+    /// had to outlive the call for the retry to find it.
+    pub longest_retry_ms: f64,
+    /// Rows of queen.api_idempotency at the load's end, and its bytes (heap, indexes, TOAST).
+    pub table_rows: i64,
+    pub table_bytes: i64,
 }
 
 /// Cores in use over a window (CPU seconds over its length): the server's processes, and the
@@ -535,6 +610,8 @@ struct Shared {
     /// The pushes since the sampler last looked.
     push_second: Histogram<u64>,
     pushes_total: u64,
+    /// Keyed schedule calls, when the workload keys them.
+    keyed: KeyedCalls,
     stop: bool,
 }
 
@@ -550,6 +627,7 @@ impl Shared {
             schedule_latency_us: histogram(),
             push_second: histogram(),
             pushes_total: 0,
+            keyed: KeyedCalls::default(),
             stop: false,
         }
     }
@@ -576,6 +654,7 @@ struct Loaded {
     schedule_latency_us: Histogram<u64>,
     schedule_failures: u64,
     first_schedule_error: Option<String>,
+    keyed: KeyedCalls,
 }
 
 impl Load {
@@ -630,6 +709,7 @@ impl Load {
             schedule_latency_us: std::mem::replace(&mut s.schedule_latency_us, histogram()),
             schedule_failures: s.schedule_failures,
             first_schedule_error: s.first_schedule_error.take(),
+            keyed: std::mem::take(&mut s.keyed),
         })
     }
 }
@@ -657,6 +737,7 @@ struct Measured {
     schedule_failures: u64,
     first_schedule_error: Option<String>,
     healthz_polls: Option<Vec<Poll>>,
+    keyed: KeyedCalls,
 }
 
 #[derive(Debug)]
@@ -730,6 +811,7 @@ impl Run<'_> {
             schedule_failures: loaded.schedule_failures,
             first_schedule_error: loaded.first_schedule_error,
             healthz_polls,
+            keyed: loaded.keyed,
         };
         let mut result = self.finish(db, w, measured).await?;
         result.slow_clients = slow_clients;
@@ -749,11 +831,17 @@ impl Run<'_> {
         config: &Config,
     ) -> Result<Vec<Broker>, Error> {
         let mut brokers = Vec::new();
+        let api_env: Vec<(&str, String)> = w
+            .keyed
+            .map(|k| (IDEMPOTENCY_WINDOW, k.window_s.to_string()))
+            .into_iter()
+            .collect();
         for i in 1..=w.brokers {
             let identity = format!("soak-broker-{i}");
             brokers.push(match (w.broker_processes, self.sweeper_binary) {
                 (true, _) if w.naive_forms() != NaiveForms::default() => return Err(Error::Broker("the naive forms run only in in-process brokers (the production binary cannot name them)".into())),
-                (true, Some(binary)) => Broker::process(binary, &db.url, &w.knobs, &identity).await?,
+                (false, _) if w.keyed.is_some() => return Err(Error::Broker("keyed schedules go through the broker processes' API (broker_processes)".into())),
+                (true, Some(binary)) => Broker::process(binary, &db.url, (&w.knobs, &api_env), &identity).await?,
                 (true, None) => return Err(Error::Broker("broker processes need the queen-sweeper binary next to soak (cargo build --release -p queen-broker)".into())),
                 (false, _) => {
                     Broker::in_process(&db.url, config.clone(), &identity, w.naive_forms()).await?
@@ -783,6 +871,7 @@ impl Run<'_> {
             schedule_failures,
             first_schedule_error,
             healthz_polls,
+            keyed,
         } = measured;
         let late = db.lateness(start_epoch_s).await?;
         let overall = lateness_into(&late, &mut series);
@@ -856,6 +945,17 @@ impl Run<'_> {
                 None => None,
             },
             cpu_while_firing: None,
+            keyed: match w.keyed {
+                Some(_) => {
+                    let (table_rows, table_bytes) = db.key_table().await?;
+                    Some(KeyedCalls {
+                        table_rows,
+                        table_bytes,
+                        ..keyed
+                    })
+                }
+                None => None,
+            },
             series,
         })
     }
@@ -1148,6 +1248,11 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
         )
         .await?;
     }
+    if let Some(keyed) = w.keyed.filter(|k| k.backfill) {
+        let ops = u64::from(w.timers_per_s).div_ceil(100).max(1);
+        db.backfill_keys(keyed.keys_in_window(w), keyed.window_s, w.tenants, ops)
+            .await?;
+    }
     sqlx::query("ANALYZE")
         .execute(&db.pool)
         .await
@@ -1267,7 +1372,7 @@ async fn schedule_load(
             } else {
                 ops.len().max(1)
             };
-            for (txns, ops) in txns.chunks(chunk).zip(ops.chunks(chunk)) {
+            for (part, (txns, ops)) in txns.chunks(chunk).zip(ops.chunks(chunk)).enumerate() {
                 let permit = Arc::clone(&in_flight)
                     .acquire_owned()
                     .await
@@ -1278,6 +1383,7 @@ async fn schedule_load(
                     txns: txns.to_vec(),
                     ops: ops.to_vec(),
                     aim: w.burst_every_s.map(|_| due_at),
+                    key: w.keyed.map(|_| format!("call-{tick}-{part}")),
                 };
                 let (sql, brokers, shared) = (sql.clone(), brokers.clone(), shared.clone());
                 calls.spawn(async move {
@@ -1307,6 +1413,8 @@ struct ScheduleCall {
     /// A burst's instant: the ops are aimed at it when the call starts, not when it is queued
     /// (a call that waited for a permit was otherwise due that much later).
     aim: Option<std::time::Instant>,
+    /// The call's `Idempotency-Key`: a failed call is retried with it until it is answered.
+    key: Option<String>,
 }
 
 impl ScheduleCall {
@@ -1322,17 +1430,53 @@ impl ScheduleCall {
             aim_at(&mut self.ops, at);
         }
         let sent = clock::monotonic_now();
-        let answer = match sql {
-            Some(store) => schedule_by_sql(store, &self.tenant, &self.ops).await,
-            None => {
-                let killed = shared.lock().expect("not poisoned").first_broker_killed;
-                schedule_by_broker(brokers, killed, self.tick, &self.tenant, &self.ops).await
+        let mut tries = 0u32;
+        let answer = loop {
+            tries += 1;
+            let answer = match sql {
+                Some(store) => {
+                    schedule_by_sql(store, &self.tenant, &self.ops)
+                        .await
+                        .map(|promised| Scheduled {
+                            promised,
+                            replayed: false,
+                        })
+                }
+                None => {
+                    let killed = shared.lock().expect("not poisoned").first_broker_killed;
+                    let (tenant, ops, key) = (&self.tenant, &self.ops, self.key.as_deref());
+                    schedule_by_broker(brokers, killed, self.tick, tenant, ops, key).await
+                }
+            };
+            match answer {
+                Err(_) if self.key.is_some() && sent.elapsed() < KEYED_RETRY_FOR => {
+                    tokio::time::sleep(KEYED_RETRY_GAP).await;
+                }
+                answer => break answer,
             }
         };
         let took_us = sent.elapsed().as_micros() as u64;
         let mut s = shared.lock().expect("not poisoned");
+        if self.key.is_some() {
+            let keyed = &mut s.keyed;
+            match &answer {
+                Ok(answered) => {
+                    keyed.answered += 1;
+                    keyed.replayed += u64::from(answered.replayed);
+                    if tries > 1 {
+                        keyed.retried += 1;
+                        keyed.longest_retry_ms =
+                            keyed.longest_retry_ms.max(took_us as f64 / 1000.0);
+                    }
+                }
+                Err(_) => {
+                    keyed.retried += u64::from(tries > 1);
+                    keyed.abandoned += 1;
+                }
+            }
+        }
         match answer {
-            Ok(promised) => {
+            Ok(Scheduled { promised, .. }) => {
                 s.schedule_latency_us.saturating_record(took_us.max(1));
                 for (txn, at) in self.txns.into_iter().zip(promised) {
                     if let Some(at) = at {
@@ -1462,12 +1606,13 @@ async fn schedule_by_broker(
     tick: u64,
     tenant: &str,
     ops: &[TimerOp],
-) -> Result<Vec<Option<i64>>, Error> {
+    key: Option<&str>,
+) -> Result<Scheduled, Error> {
     let brokers = brokers.read().await;
     let skip = usize::from(first_killed && brokers.len() > 1);
     let live = (brokers.len() - skip).max(1);
     match brokers.get(skip + (tick as usize) % live) {
-        Some(broker) => broker.schedule(tenant, ops).await,
+        Some(broker) => broker.schedule(tenant, ops, key).await,
         None => Err(Error::Broker("no broker".into())),
     }
 }
