@@ -6,7 +6,7 @@
 //! | case | fault | its own measurement |
 //! |---|---|---|
 //! | `terminate` | every broker backend terminated, 4 rounds 250 ms apart, mid-drain | ms until the drain is back at 80% of its rate |
-//! | `kill` | one of three broker processes SIGKILLed mid-stream | the lateness of the timers due before the kill |
+//! | `kill` | one of three broker processes SIGKILLed mid-stream, every schedule keyed and retried until answered | the lateness of the timers due before the kill; the calls answered from their key |
 //! | `crash` | PostgreSQL crashed (a backend SIGKILLed: every connection ends, the WAL is replayed) mid-stream | every broker's `/healthz` answers within 1 s throughout; when it says ready again; the drain's recovery |
 //! | `api-quiet` | none: 500 timers/s scheduled through 3 broker processes | the schedule latency the next case is compared with |
 //! | `slow-clients` | the same, with 64 slow-body clients held against every broker | other clients' schedule p99 within 2× of `api-quiet`'s |
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::healthz;
-use crate::run::{Autovacuum, RECOVERED_SHARE, Run, RunResult, Workload};
+use crate::run::{Autovacuum, Keyed, RECOVERED_SHARE, Run, RunResult, Workload};
 
 /// After backend termination, the drain must be back at [`RECOVERED_SHARE`] of its rate within
 /// this long (issue 18's target).
@@ -106,6 +106,13 @@ pub fn cases(size: Size) -> Vec<Case> {
     kill.timer_delay_ms = (0, 2_000);
     kill.kill_one_at_s = Some(size.seconds / 2);
     kill.drain_limit_s = 120;
+    // A careful client: every call keyed, a failed one retried until answered. A call the kill
+    // cut after its commit is answered from its key (replayed), and the delivery checks show it
+    // fired once.
+    kill.keyed = Some(Keyed {
+        window_s: 3_600,
+        backfill: false,
+    });
 
     // The crash comes 1 s into the drain of a backlog written just before: the WAL since the last
     // checkpoint holds the whole backlog, so the server has seconds of replay to do.
@@ -589,8 +596,14 @@ fn own_measurement(result: &RunResult) -> String {
             );
     }
     if let Some(k) = &result.kill {
+        let keyed = result.keyed.as_ref().map_or_else(String::new, |c| {
+            format!(
+                "; {} keyed calls answered: {} retried after a failure, {} of them answered from their key (a reply lost after its commit), {} never answered, the longest {:.0} ms from first send to answer",
+                c.answered, c.retried, c.replayed, c.abandoned, c.longest_retry_ms
+            )
+        });
         return format!(
-            "{} timers due before the kill fired after it, lateness p50 {:.0} / p99 {:.0} ms, the last {:.0} ms after the kill",
+            "{} timers due before the kill fired after it, lateness p50 {:.0} / p99 {:.0} ms, the last {:.0} ms after the kill{keyed}",
             k.overdue_at_kill, k.lateness_ms.p50, k.lateness_ms.p99, k.last_fired_after_kill_ms
         );
     }
