@@ -229,6 +229,21 @@ impl RunDb {
         spread: (u32, u32, u32),
         prefix: &str,
     ) -> Result<(), Error> {
+        self.backlog_of(count, due_in_ms, (payload_bytes, false), spread, prefix)
+            .await
+    }
+
+    /// [`RunDb::backlog`] with payloads of pseudo-random bytes when `payload.1` is set (the
+    /// WAL then carries every byte: [`BACKLOG`]).
+    pub async fn backlog_of(
+        &self,
+        count: u32,
+        due_in_ms: i64,
+        payload: (u32, bool),
+        spread: (u32, u32, u32),
+        prefix: &str,
+    ) -> Result<(), Error> {
+        let (payload_bytes, incompressible) = payload;
         sqlx::query(BACKLOG)
             .bind(i64::from(count))
             .bind(due_in_ms as f64)
@@ -237,6 +252,7 @@ impl RunDb {
             .bind(i64::from(spread.1.max(1)))
             .bind(i64::from(spread.2.max(1)))
             .bind(prefix)
+            .bind(incompressible)
             .execute(&self.pool)
             .await
             .map(|_| ())
@@ -443,6 +459,48 @@ mod tests {
             .await
             .expect("pg_database reads");
         assert_eq!(left, 0, "{name} outlived its run");
+    }
+
+    #[tokio::test]
+    async fn an_incompressible_backlog_is_stored_at_its_full_size() {
+        let server = queen_testdb::TestDb::empty().await;
+        let label = format!("db_backlog_{}", std::process::id());
+        let db = RunDb::create(&server.url(), &label).await.expect("created");
+        let size = 64 * 1024;
+        db.backlog_of(4, -1, (size, false), (1, 1, 1), "plain")
+            .await
+            .unwrap();
+        db.backlog_of(4, -1, (size, true), (1, 1, 1), "noise")
+            .await
+            .unwrap();
+        let stored = |prefix: &'static str| {
+            let pool = db.pool.clone();
+            async move {
+                let row: (i64, i64, i64, i64) = sqlx::query_as(
+                    "SELECT min(octet_length(payload))::int8, max(pg_column_size(payload))::int8,
+                            count(DISTINCT payload), count(*)
+                     FROM queen.log_timers WHERE starts_with(txn, $1)",
+                )
+                .bind(prefix)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                row
+            }
+        };
+        let (len, stored_bytes, distinct, rows) = stored("plain-").await;
+        assert_eq!((len, distinct, rows), (i64::from(size), 1, 4));
+        assert!(
+            stored_bytes < 4_096,
+            "a repeated character compresses: {stored_bytes} B stored"
+        );
+        let (len, stored_bytes, distinct, rows) = stored("noise-").await;
+        assert_eq!((len, distinct, rows), (i64::from(size), 4, 4));
+        assert!(
+            stored_bytes >= i64::from(size),
+            "pseudo-random bytes do not compress: {stored_bytes} B stored"
+        );
+        db.drop_now().await.expect("dropped");
     }
 
     #[tokio::test]

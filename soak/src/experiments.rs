@@ -548,18 +548,24 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             setting: "QUEEN_SWEEPER_MAX_FIRE_BYTES",
             shipped: knob::MAX_FIRE_BYTES.default,
             unit: "bytes",
+            // A take is at most CLAIM_BATCH (200) rows: with the API's largest payload (256 KiB)
+            // that is 51 MiB, so 64 MiB is no cap, and every smaller value binds. Until this
+            // sweep was redesigned (2026-12-07), its payloads were 64 KiB of one repeated
+            // character: no take passed 12.9 MiB, TOAST compressed every payload, push p99 never
+            // showed the symptom, and the rule could not find its edge (run at d7e48d1).
             values: vec![
                 0,
-                256 * 1024,
                 1024 * 1024,
                 8 * 1024 * 1024,
+                32 * 1024 * 1024,
                 64 * 1024 * 1024,
             ],
             workload: Box::new(move |bytes| {
                 let mut w = Workload::quiet("fire bytes", s);
                 w.brokers = u32::from(bytes > 0);
-                w.backlog = 3_000;
-                w.payload_bytes = 64 * 1024;
+                w.backlog = 1_000;
+                w.payload_bytes = 256 * 1024;
+                w.incompressible_payloads = true;
                 w.partitions = 2;
                 w.pushers = 4;
                 w.pushes_per_s_each = 50;
@@ -574,14 +580,14 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             sides: vec![
                 same_runs(
                     "one big fire transaction holds partition locks and the WAL while pushes wait: push p99 degrades",
-                    "push p99 (ms) while a 64 KiB-payload backlog fires; value 0 = no sweeper",
+                    "push p99 (ms) while a backlog of 256 KiB incompressible payloads fires; value 0 = no sweeper",
                     push_p99,
                     Criterion::VsBaseline(2.0),
                     Toward::Above,
                 ),
                 same_runs(
                     "small fires pay a commit per few timers: a backlog of big payloads drains slowly",
-                    "drain rate (timers/s) of the 64 KiB backlog",
+                    "drain rate (timers/s) of the backlog of 256 KiB incompressible payloads",
                     RunResult::backlog_fired_per_s,
                     Criterion::NearBest(0.8),
                     Toward::Below,

@@ -74,9 +74,9 @@ pub struct Workload {
     /// brokers only.
     #[serde(default)]
     pub naive_floor_after_empty_claim: bool,
-    /// Timer and push payloads of pseudo-random bytes, so the WAL carries every byte (as the
-    /// simulation charges it); otherwise a repeated character, which compresses to almost
-    /// nothing.
+    /// Timer payloads (streamed, and since 2026-12-07 the backlog's too) and push payloads of
+    /// pseudo-random bytes, so the WAL carries every byte (as the simulation charges it);
+    /// otherwise a repeated character, which compresses to almost nothing.
     #[serde(default)]
     pub incompressible_payloads: bool,
     /// The stream's tenants start at this index (`t{offset}`...), so a stream can be a tenant of
@@ -263,7 +263,12 @@ impl Workload {
             parts.push(shape);
         }
         if self.backlog > 0 || self.timers_per_s > 0 {
-            parts.push(format!("{} B payloads", self.payload_bytes));
+            let kind = if self.incompressible_payloads {
+                " incompressible"
+            } else {
+                ""
+            };
+            parts.push(format!("{} B{kind} payloads", self.payload_bytes));
         }
         if self.backlog > 0 && self.timers_per_s > 0 && self.stream_tenant_offset > 0 {
             parts.push("the stream a tenant of its own".to_owned());
@@ -1239,10 +1244,10 @@ async fn prepare(db: &RunDb, w: &Workload) -> Result<Option<sqlx::PgConnection>,
         .await?;
     }
     if w.backlog > 0 {
-        db.backlog(
+        db.backlog_of(
             w.backlog,
             -1,
-            w.payload_bytes,
+            (w.payload_bytes, w.incompressible_payloads),
             (w.tenants, w.queues, w.partitions),
             "backlog",
         )
