@@ -63,7 +63,7 @@ pub mod knob {
             "rows per claim call";
         CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 60_000, [1, 10_000_000],
             "rows per drain pass before the probe runs again";
-        MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 8_388_608, [1024, 1024 * 1024 * 1024],
+        MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 33_554_432, [1024, 1024 * 1024 * 1024],
             "bytes per fire transaction; a bigger batch splits into several calls";
         DUE_CAP = "QUEEN_SWEEPER_DUE_CAP", 2_000, [1, 10_000_000],
             "the probe counts due rows up to this number";
@@ -412,7 +412,9 @@ mod tests {
         assert_eq!((c.empty_claim_ms_min, c.empty_claim_ms_max), (25, 200));
         // CYCLE_MAX_ROWS was 5 000 until the experiments at 398d97f
         // (reports/2026-12-07-2c-24g-pg15): the drain was within 10% of its best only at 60 000
-        // rows, and the small tenant's p99 stayed flat at every pass length.
+        // rows, and the small tenant's p99 stayed flat at every pass length. Measured again at
+        // d7e48d1, 60 000 stays by least change (safe on both sides), though 5 000 drained as
+        // fast there.
         assert_eq!(
             (c.lease_ms, c.claim_batch, c.cycle_max_rows),
             (30_000, 200, 60_000)
@@ -421,8 +423,11 @@ mod tests {
         // at 1 MiB (reports/2026-12-02-2c-24g-pg15), so it was 1 MiB; three runs per point at
         // d852934 (reports/2026-12-05-2c-24g-pg15) found push p99 within 2× of no sweeper at
         // every size (medians 4.1 ms at 1 MiB, 3.6 at 8 MiB) and the drain of 64 KiB payloads at
-        // 5 148 timers/s at 1 MiB against 17 988 at 8 MiB: the decision rule gives 8 MiB.
-        assert_eq!(c.max_fire_bytes, 8 * 1024 * 1024);
+        // 5 148 timers/s at 1 MiB against 17 988 at 8 MiB: the decision rule gave 8 MiB. Those
+        // 64 KiB payloads compressed, and no 200-row take passed 12.9 MiB. With 256 KiB
+        // incompressible payloads at 234963c (51 MiB takes), push p99 was 38.6 ms at 8 MiB
+        // against 3.6 with no sweeper, 6.9 at 32 MiB: the rule gives 32 MiB.
+        assert_eq!(c.max_fire_bytes, 32 * 1024 * 1024);
         assert_eq!(c.due_cap, 2_000);
         assert_eq!(
             (c.kv_expire_every_ms, c.kv_expire_batch, c.kv_usage_every_ms),
