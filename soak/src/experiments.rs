@@ -355,14 +355,15 @@ fn schedule_p99(r: &RunResult) -> f64 {
 /// six of the first trial failed no call). A call whose retries ran out counts as the whole
 /// retry budget.
 fn unknown_outcome_s(r: &RunResult) -> f64 {
+    let ready_again = r.healthz.as_ref().and_then(|h| h.ready_again_after_ms);
+    unknown_for_s(r.keyed.as_ref(), ready_again)
+}
+
+/// [`unknown_outcome_s`] of a run's keyed calls and its `/healthz` ready-again time (ms).
+fn unknown_for_s(keyed: Option<&crate::run::KeyedCalls>, ready_again_ms: Option<f64>) -> f64 {
     let budget = crate::run::KEYED_RETRY_FOR.as_secs_f64() * 1000.0;
-    let ready_again = r
-        .healthz
-        .as_ref()
-        .and_then(|h| h.ready_again_after_ms)
-        .unwrap_or(0.0);
-    let ms = match &r.keyed {
-        Some(k) if k.abandoned == 0 => k.longest_retry_ms.max(ready_again),
+    let ms = match keyed {
+        Some(k) if k.abandoned == 0 => k.longest_retry_ms.max(ready_again_ms.unwrap_or(0.0)),
         _ => budget,
     };
     (ms / 10.0).round() / 100.0
@@ -1511,6 +1512,32 @@ mod tests {
             }
             assert!(sweep.values.contains(&sweep.shipped), "{}", sweep.setting);
         }
+    }
+
+    #[test]
+    fn an_outcome_stays_unknown_for_the_longer_of_the_retry_and_the_recovery() {
+        let mut keyed = crate::run::KeyedCalls {
+            retried: 3,
+            longest_retry_ms: 1_173.46,
+            ..Default::default()
+        };
+        assert_eq!(unknown_for_s(Some(&keyed), None), 1.17, "the retry alone");
+        assert_eq!(
+            unknown_for_s(Some(&keyed), Some(2_450.0)),
+            2.45,
+            "the recovery, longer than any retry"
+        );
+        keyed.abandoned = 1;
+        assert_eq!(
+            unknown_for_s(Some(&keyed), Some(2_450.0)),
+            60.0,
+            "a call never answered counts the whole budget"
+        );
+        assert_eq!(
+            unknown_for_s(None, None),
+            60.0,
+            "no keyed calls prove nothing"
+        );
     }
 
     #[test]
