@@ -122,6 +122,7 @@
 --   symptom:  the rollup's cost tracks the tables' size: run too often, it takes a connection's time from the fire
 --   observed: 3 runs per value. one full rollup's time (ms) by KV rows (safe under 3000), median [min–max] per value: 10000: 33.9 [32.4–44.4]; 100000: 99.5 [95.6–115]; 400000: 378 [371–393]. At 1% of one connection the cadence must be at least 39330 ms for the slowest rollup of the largest table; at the shipped 300000 ms it uses 0.131% of one connection. The other side (how stale the usage figures may be) is the cadence itself, not a measurement.
 --   decision: 300000, by the rule at the top of 001_log_schema.sql (shipped was 300000): the shipped cadence is above the 1% cadence 39330 ms.
+-- [not measured] QUEEN_SWEEPER_BULK_BATCH = 5000: a guess, until its sweep runs: the take of 5000 rows drained fastest in the CLAIM_BATCH sweep of 2026-12-07 (398d97f).
 -- [not measured] QUEEN_SWEEPER_DUE_CAP = 2000: the probe stops counting due rows here; bounds its cost.
 -- [not measured] QUEEN_SWEEPER_STATEMENT_TIMEOUT_MS = 5000: every call is cancelled server-side after this.
 -- [not measured] QUEEN_SWEEPER_MAX_ATTEMPTS = 5: failed fires before a timer goes to the DLQ.

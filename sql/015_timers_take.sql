@@ -18,8 +18,28 @@
 -- Returns one row per destination: how many timers it fired, the offset of its first message,
 -- each timer's lateness at the take (ms, in write order), and the tenant the fairness round ended
 -- at (the same on every row; NULL without a round).
--- The signature without the head floors (p_floors: the probe's, see 011_timers_probe_claim.sql).
+--
+-- p_skip_held_partitions (the sweeper's own takes while its bulk lane runs beside them, see
+-- sweeper/src/drain/mod.rs): the partitions are locked FOR UPDATE SKIP LOCKED instead, and only
+-- the rows bound for partitions this take locked are fired; the others stay due (their row locks
+-- end with this transaction, as the rows a byte cap leaves out do). A take that would otherwise
+-- queue behind a big take on a big tenant's partitions fires the other tenants' rows at once.
+--
+-- p_due_ms_ago (the sweeper's bulk takes): only rows due at least this long before p_now are
+-- picked; lateness is still counted from p_now. The bulk lane passes the time since its pass's
+-- first take, so it drains the backlog that pass found and leaves every row that fell due since
+-- (a small tenant's fresh timer) to the pass's own small takes.
+--
+-- p_due_within_ms (the sweeper's own takes while its bulk lane runs; NULL: every due row): only
+-- rows due less than this long before p_now, read from that instant on as from a head floor, so
+-- the take never walks the backlog the bulk lane is draining, and its fairness gate counts only
+-- what fell due since.
+-- The signatures without the head floors (p_floors: the probe's, see 011_timers_probe_claim.sql)
+-- and without p_skip_held_partitions, p_due_ms_ago and p_due_within_ms.
 DROP FUNCTION IF EXISTS queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer);
+DROP FUNCTION IF EXISTS queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[]);
+DROP FUNCTION IF EXISTS queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[], boolean);
+DROP FUNCTION IF EXISTS queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[], boolean, integer);
 
 CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
     p_shards integer[],
@@ -30,7 +50,10 @@ CREATE OR REPLACE FUNCTION queen.log_timers_take_v1(
     p_fair_after text,
     p_max_bytes bigint,
     p_row_overhead integer,
-    p_floors bigint[] DEFAULT NULL
+    p_floors bigint[] DEFAULT NULL,
+    p_skip_held_partitions boolean DEFAULT false,
+    p_due_ms_ago integer DEFAULT 0,
+    p_due_within_ms integer DEFAULT NULL
 ) RETURNS TABLE (
     tenant_id text,
     queue text,
@@ -55,14 +78,27 @@ DECLARE
     v_dest_queues text[];
     v_dest_partitions text[];
     v_dest_ids bigint[];
+    v_locked bigint[];
+    v_floors bigint[] := p_floors;
+    v_since bigint;
     v_dest record;
 BEGIN
     IF p_max_bytes IS NULL THEN
         RAISE EXCEPTION 'log_timers_take_v1: max_bytes must be given' USING ERRCODE = '22023';
     END IF;
+    IF p_due_ms_ago IS NULL OR p_due_ms_ago < 0 OR p_due_within_ms < 0 THEN
+        RAISE EXCEPTION 'log_timers_take_v1: due_ms_ago must be >= 0 and due_within_ms NULL or >= 0 (got %, %)',
+            p_due_ms_ago, p_due_within_ms USING ERRCODE = '22023';
+    END IF;
+    IF p_due_within_ms IS NOT NULL THEN
+        v_since := floor(extract(epoch FROM p_now) * 1000)::bigint - p_due_within_ms;
+        v_floors := ARRAY(SELECT greatest(coalesce(p_floors[s + 1], v_since), v_since)
+                          FROM generate_series(0, 63) AS s);
+    END IF;
     SELECT array_agg(p.row_id), max(p.fair_next) INTO v_ctids, v_fair_next
-    FROM queen.log_timers_pick_v1('log_timers_take_v1', p_shards, p_now, p_max_rows, p_per_tenant,
-                                  p_fair_tenants, p_fair_after, p_max_bytes, p_row_overhead, p_floors) AS p;
+    FROM queen.log_timers_pick_v1('log_timers_take_v1', p_shards,
+                                  p_now - make_interval(secs => p_due_ms_ago / 1000.0), p_max_rows, p_per_tenant,
+                                  p_fair_tenants, p_fair_after, p_max_bytes, p_row_overhead, v_floors) AS p;
     IF v_ctids IS NULL THEN
         RETURN;
     END IF;
@@ -95,7 +131,33 @@ BEGIN
     LOOP
         v_dest_ids[v_dest.i] := queen.log_partition_ensure_v1(v_dest.tenant, v_dest.queue, v_dest.partition);
     END LOOP;
-    PERFORM 1 FROM queen.log_partitions p WHERE p.id = ANY (v_dest_ids) ORDER BY p.id FOR UPDATE;
+    IF NOT coalesce(p_skip_held_partitions, false) THEN
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = ANY (v_dest_ids) ORDER BY p.id FOR UPDATE;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_locked
+        FROM (SELECT p.id FROM queen.log_partitions p
+              WHERE p.id = ANY (v_dest_ids) ORDER BY p.id FOR UPDATE SKIP LOCKED) AS l;
+        IF cardinality(v_locked) < cardinality(v_dest_ids) THEN
+            -- Only the destinations this take holds, and only the rows bound for them (read by
+            -- address first, as below).
+            SELECT array_agg(d.tenant ORDER BY d.i), array_agg(d.queue ORDER BY d.i),
+                   array_agg(d.partition ORDER BY d.i), array_agg(d.id ORDER BY d.i)
+            INTO v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids
+            FROM unnest(v_dest_tenants, v_dest_queues, v_dest_partitions, v_dest_ids)
+                 WITH ORDINALITY AS d(tenant, queue, partition, id, i)
+            WHERE d.id = ANY (v_locked);
+            IF v_dest_ids IS NULL THEN
+                RETURN;
+            END IF;
+            WITH held AS MATERIALIZED (
+                SELECT h.ctid AS row_id, h.tenant_id, h.queue, h.partition
+                FROM queen.log_timers h WHERE h.ctid = ANY (v_ctids))
+            SELECT array_agg(x.row_id) INTO v_ctids
+            FROM held x
+            JOIN unnest(v_dest_tenants, v_dest_queues, v_dest_partitions) AS d(tenant, queue, partition)
+              ON d.tenant = x.tenant_id AND d.queue = x.queue AND d.partition = x.partition;
+        END IF;
+    END IF;
 
     -- (A data-modifying WITH runs to completion whether or not the outer query reads it.)
     -- Every destination in one statement: each takes the next offsets of its partition and writes

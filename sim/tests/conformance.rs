@@ -441,6 +441,9 @@ fn take_of(max_rows: u32, max_bytes: u64) -> TakeRequest {
         fair: None,
         max_bytes,
         row_overhead: ROW_OVERHEAD_BYTES,
+        skip_held_partitions: false,
+        due_ms_ago: 0,
+        due_within_ms: None,
     }
 }
 

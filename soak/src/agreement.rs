@@ -727,15 +727,27 @@ fn current_defaults() -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// Knobs that turn on a behaviour added after some stored reports were measured, with the value
+/// that turns it off: a stored run whose defaults lack the knob ran the code before it.
+const ADDED_WITH_OFF_VALUE: &[(&str, u64)] = &[("QUEEN_SWEEPER_BULK_BATCH", 0)];
+
 /// `w` with the knobs it leaves unset pinned at `defaults` where they differ from this build's
-/// (the stored run's defaults, for a report measured before a default changed).
+/// (the stored run's defaults, for a report measured before a default changed), and a knob of
+/// [`ADDED_WITH_OFF_VALUE`] that the stored defaults do not name at its off value.
 fn pinned(w: &Workload, defaults: &std::collections::BTreeMap<String, u64>) -> Workload {
     let mut w = w.clone();
     for k in knob::ALL {
         let set = w.knobs.iter().any(|(var, _)| var == k.var);
-        match defaults.get(k.var) {
-            Some(&then) if !set && then != k.default => {
+        let added_since = (!defaults.is_empty())
+            .then(|| ADDED_WITH_OFF_VALUE.iter().find(|(var, _)| *var == k.var))
+            .flatten()
+            .filter(|_| !defaults.contains_key(k.var));
+        match (defaults.get(k.var), added_since) {
+            (Some(&then), _) if !set && then != k.default => {
                 w.knobs = w.knobs.clone().with_var(k.var, then);
+            }
+            (None, Some(&(_, off))) if !set => {
+                w.knobs = w.knobs.clone().with_var(k.var, off);
             }
             _ => {}
         }
@@ -1200,6 +1212,16 @@ mod tests {
         assert!(knobs.contains(&("QUEEN_SWEEPER_LEASE_MS", 4_000)));
         assert_eq!(knobs.len(), 2, "{knobs:?}");
         assert_eq!(pinned(&w, &Default::default()), w);
+        // A run from before the bulk lane (its defaults do not name the knob) ran without it.
+        then.remove("QUEEN_SWEEPER_BULK_BATCH");
+        let p = pinned(&w, &then);
+        assert!(
+            p.knobs
+                .iter()
+                .any(|kv| kv == ("QUEEN_SWEEPER_BULK_BATCH", 0)),
+            "{:?}",
+            p.knobs
+        );
     }
 
     /// What `resim` answers for a report holding one case, `name`, measured with `workload`.

@@ -272,6 +272,9 @@ async fn take_until_empty(store: &PgStore, first_shard: u8) -> Result<u64, Error
             fair: None,
             max_bytes: u64::MAX / 2,
             row_overhead: ROW_OVERHEAD_BYTES,
+            skip_held_partitions: false,
+            due_ms_ago: 0,
+            due_within_ms: None,
         };
         let taken = store
             .take(&slot, &request)
@@ -442,6 +445,9 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
                 fair: None,
                 max_bytes: u64::MAX / 2,
                 row_overhead: ROW_OVERHEAD_BYTES,
+                skip_held_partitions: false,
+                due_ms_ago: 0,
+                due_within_ms: None,
             };
             let (taken, us, wal) = timed(db, async {
                 store
@@ -470,6 +476,9 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
             fair: None,
             max_bytes: u64::MAX / 2,
             row_overhead: ROW_OVERHEAD_BYTES,
+            skip_held_partitions: false,
+            due_ms_ago: 0,
+            due_within_ms: None,
         };
         let (taken, us, wal) = timed(db, async {
             store

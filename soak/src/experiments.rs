@@ -516,6 +516,45 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
             ],
         },
         Sweep {
+            setting: "QUEEN_SWEEPER_BULK_BATCH",
+            shipped: knob::BULK_BATCH.default,
+            unit: "rows",
+            // 0 turns the bulk lane off: the pass's takes of CLAIM_BATCH rows alone.
+            values: vec![0, 1_000, 2_000, 5_000, 10_000, 20_000],
+            workload: Box::new(move |rows| {
+                let mut w = backlog_with_small_tenant("bulk batch", s);
+                // Pushes into the backlog's own partitions: a bulk take locks them while it runs.
+                w.pushers = 4;
+                w.pushes_per_s_each = 50;
+                w.push_batch = 5;
+                w.push_payload_bytes = 512;
+                w.knob("QUEEN_SWEEPER_BULK_BATCH", rows)
+            }),
+            sides: vec![
+                same_runs(
+                    "without the bulk lane, or with small bulk takes, every take pays its fixed cost for a few rows: a backlog drains slowly",
+                    "drain rate of the backlog (timers/s, one broker, CLAIM_BATCH 200)",
+                    RunResult::backlog_fired_per_s,
+                    Criterion::NearBest(0.9),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "a big bulk take holds the locks of the backlog's partitions while pushes into them wait",
+                    "push p99 (ms) into the backlog's partitions, 4 pushers × 50/s",
+                    push_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+                same_runs(
+                    "a big bulk take takes the server's time from the pass's small takes: a small tenant's timers wait",
+                    "lateness p99 (ms) of a small tenant's 20 timers/s behind a 40 000-timer backlog",
+                    stream_p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+            ],
+        },
+        Sweep {
             setting: "QUEEN_SWEEPER_CYCLE_MAX_ROWS",
             shipped: knob::CYCLE_MAX_ROWS.default,
             unit: "rows",

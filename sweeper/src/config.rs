@@ -61,6 +61,8 @@ pub mod knob {
             "claim lease; a pass stops claiming once it has spent half of it";
         CLAIM_BATCH = "QUEEN_SWEEPER_CLAIM_BATCH", 200, [1, 100_000],
             "rows per claim call";
+        BULK_BATCH = "QUEEN_SWEEPER_BULK_BATCH", 5_000, [0, 100_000],
+            "rows per take of the bulk lane: once a pass's take comes back full, takes of this many rows, oldest first and with no fairness round, run beside the pass's own on a second connection until one comes back short; 0, or not above QUEEN_SWEEPER_CLAIM_BATCH: off";
         CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 60_000, [1, 10_000_000],
             "rows per drain pass before the probe runs again";
         MAX_FIRE_BYTES = "QUEEN_SWEEPER_MAX_FIRE_BYTES", 33_554_432, [1024, 1024 * 1024 * 1024],
@@ -101,6 +103,8 @@ pub struct Config {
     pub lease_ms: u64,
     /// `QUEEN_SWEEPER_CLAIM_BATCH`.
     pub claim_batch: u32,
+    /// `QUEEN_SWEEPER_BULK_BATCH`.
+    pub bulk_batch: u32,
     /// `QUEEN_SWEEPER_CYCLE_MAX_ROWS`.
     pub cycle_max_rows: u32,
     /// `QUEEN_SWEEPER_MAX_FIRE_BYTES`.
@@ -197,6 +201,7 @@ impl Config {
             empty_claim_ms_max: value(&knob::EMPTY_CLAIM_MAX_MS),
             lease_ms: value(&knob::LEASE_MS),
             claim_batch: narrow(&knob::CLAIM_BATCH),
+            bulk_batch: narrow(&knob::BULK_BATCH),
             cycle_max_rows: narrow(&knob::CYCLE_MAX_ROWS),
             max_fire_bytes: value(&knob::MAX_FIRE_BYTES),
             due_cap: narrow(&knob::DUE_CAP),
@@ -222,15 +227,16 @@ impl Config {
         }
     }
 
-    /// Each knob against its own bounds.
-    fn bound_problems(&self) -> Vec<String> {
-        let single = [
+    /// Every knob with its value here, in [`knob::ALL`]'s order.
+    pub fn values(&self) -> [(&'static Knob, u64); knob::ALL.len()] {
+        [
             (&knob::MIN_SLEEP_MS, self.sleep_ms_min),
             (&knob::MAX_SLEEP_MS, self.sleep_ms_max),
             (&knob::EMPTY_CLAIM_MIN_MS, self.empty_claim_ms_min),
             (&knob::EMPTY_CLAIM_MAX_MS, self.empty_claim_ms_max),
             (&knob::LEASE_MS, self.lease_ms),
             (&knob::CLAIM_BATCH, u64::from(self.claim_batch)),
+            (&knob::BULK_BATCH, u64::from(self.bulk_batch)),
             (&knob::CYCLE_MAX_ROWS, u64::from(self.cycle_max_rows)),
             (&knob::MAX_FIRE_BYTES, self.max_fire_bytes),
             (&knob::DUE_CAP, u64::from(self.due_cap)),
@@ -242,8 +248,12 @@ impl Config {
             (&knob::KV_EXPIRE_EVERY_MS, self.kv_expire_every_ms),
             (&knob::KV_EXPIRE_BATCH, u64::from(self.kv_expire_batch)),
             (&knob::KV_USAGE_EVERY_MS, self.kv_usage_every_ms),
-        ];
-        single
+        ]
+    }
+
+    /// Each knob against its own bounds.
+    fn bound_problems(&self) -> Vec<String> {
+        self.values()
             .into_iter()
             .filter(|(knob, value)| !(knob.min..=knob.max).contains(value))
             .map(|(knob, value)| knob.out_of_range(&value.to_string()))
@@ -337,26 +347,8 @@ impl Config {
 
     /// The knobs as `VAR=value` lines, for start-up logs and reports.
     pub fn describe(&self) -> Vec<String> {
-        let values = [
-            self.sleep_ms_min,
-            self.sleep_ms_max,
-            self.empty_claim_ms_min,
-            self.empty_claim_ms_max,
-            self.lease_ms,
-            u64::from(self.claim_batch),
-            u64::from(self.cycle_max_rows),
-            self.max_fire_bytes,
-            u64::from(self.due_cap),
-            self.statement_timeout_ms,
-            u64::from(self.max_attempts),
-            u64::from(self.fire_take),
-            self.kv_expire_every_ms,
-            u64::from(self.kv_expire_batch),
-            self.kv_usage_every_ms,
-        ];
-        knob::ALL
-            .iter()
-            .zip(values)
+        self.values()
+            .into_iter()
             .map(|(knob, value)| format!("{}={value}", knob.var))
             .collect()
     }
@@ -551,6 +543,34 @@ mod tests {
         assert!(
             e.contains("QUEEN_SWEEPER_CLAIM_BATCH") && e.contains("QUEEN_KV_EXPIRE_BATCH"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn the_values_name_every_knob_once_in_documentation_order() {
+        // describe() labels each value with the knob beside it: a knob missing here would shift
+        // every later label (it did: the two head knobs were missing, and the start-up log called
+        // the prune's cadence QUEEN_SWEEPER_HEAD_RESCAN_MS).
+        let named: Vec<&str> = Config::default()
+            .values()
+            .iter()
+            .map(|(k, _)| k.var)
+            .collect();
+        let all: Vec<&str> = knob::ALL.iter().map(|k| k.var).collect();
+        assert_eq!(named, all);
+        let config = Config {
+            head_rescan_ms: 1234,
+            kv_usage_every_ms: 4321,
+            ..Config::default()
+        };
+        let lines = config.describe();
+        assert!(
+            lines.contains(&"QUEEN_SWEEPER_HEAD_RESCAN_MS=1234".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"QUEEN_KV_USAGE_EVERY_MS=4321".to_string()),
+            "{lines:?}"
         );
     }
 

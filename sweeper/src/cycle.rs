@@ -423,6 +423,7 @@ impl<S: Store> Sweeper<S> {
             self.fire_pressure.saturating_sub(1)
         };
         self.limits.claim_batch = (self.config.claim_batch >> self.fire_pressure).max(1);
+        self.limits.bulk_batch = self.config.bulk_batch >> self.fire_pressure;
         self.metrics
             .fire_pressure
             .set(i64::from(self.fire_pressure));

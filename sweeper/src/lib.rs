@@ -61,7 +61,7 @@ pub use drain::failure::{
     RECORD_RETRY_MAX, TRANSIENT_BACKOFF, backoff, respond_to_failure,
 };
 pub use drain::plan::{ROW_OVERHEAD_BYTES, fire_bytes, plan_fire_calls};
-pub use drain::{DrainLimits, DrainReport, DrainStop, Drainer};
+pub use drain::{DrainLimits, DrainReport, DrainStop, Drainer, Due};
 pub use error::{Error, Result, Source};
 pub use floors::{FloorPolicy, Floors, HeadFloors, ProbeFloors};
 pub use metrics::{ClassLabel, KindLabel, Metrics, PhaseLabel, ResultLabel, SkipLabel};

@@ -438,12 +438,15 @@ impl Store for PgStore {
         let max_bytes = i64::try_from(request.max_bytes).unwrap_or(i64::MAX);
         let row_overhead = clamp_i32(request.row_overhead);
         let floors = self.floors.for_pick();
+        let skip_held = request.skip_held_partitions;
+        let due_ms_ago = clamp_i32(request.due_ms_ago);
+        let due_within_ms = request.due_within_ms.map(clamp_i32);
         let rows = self
             .call("take", move |c| {
                 Box::pin(
                     sqlx::query(
                         "SELECT tenant_id, queue, partition, first_offset, late_ms, fair_next \
-                         FROM queen.log_timers_take_v1($1, now(), $2, $3, $4, $5, $6, $7, $8)",
+                         FROM queen.log_timers_take_v1($1, now(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                     )
                     .bind(shards)
                     .bind(max_rows)
@@ -453,6 +456,9 @@ impl Store for PgStore {
                     .bind(max_bytes)
                     .bind(row_overhead)
                     .bind(floors)
+                    .bind(skip_held)
+                    .bind(due_ms_ago)
+                    .bind(due_within_ms)
                     .fetch_all(c),
                 )
             })

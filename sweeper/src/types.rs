@@ -118,6 +118,18 @@ pub struct TakeRequest {
     pub max_bytes: u64,
     /// Bytes counted per row beyond its payload and key ([`crate::ROW_OVERHEAD_BYTES`]).
     pub row_overhead: u64,
+    /// Partitions another transaction holds are skipped, not waited for, and the rows bound for
+    /// them left due (the pass's own takes while its bulk lane runs).
+    #[serde(default)]
+    pub skip_held_partitions: bool,
+    /// Only rows due at least this many milliseconds ago are taken (the bulk lane's takes: the
+    /// backlog its pass found, not what fell due since); lateness still counts from now.
+    #[serde(default)]
+    pub due_ms_ago: u64,
+    /// Only rows due less than this many milliseconds ago are taken (the own lane's takes beside
+    /// the bulk lane: what fell due since the pass began); `None`: every due row.
+    #[serde(default)]
+    pub due_within_ms: Option<u64>,
 }
 
 /// TAKE: what one destination received.

@@ -1274,3 +1274,157 @@ async fn concurrent_pushes_and_fires_on_one_partition_take_offsets_zero_to_n_min
         "the allocator agrees with the log"
     );
 }
+
+/// The take's rows per destination partition, as `(partition, timers)`.
+async fn take_skipping(
+    exec: impl PgExecutor<'_>,
+    skip_held_partitions: bool,
+) -> Result<Vec<(String, i32)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT partition, timers FROM queen.log_timers_take_v1(\
+            ARRAY(SELECT generate_series(0, 63)), now(), 100, 100, 0, NULL, 1048576, 300, NULL, $1) \
+         ORDER BY partition",
+    )
+    .bind(skip_held_partitions)
+    .fetch_all(exec)
+    .await
+}
+
+#[tokio::test]
+async fn a_take_that_skips_held_partitions_fires_the_others_at_once_and_leaves_the_held_ones_due() {
+    let db = TestDb::new().await;
+    let big: Vec<Value> = (1..=5)
+        .map(|i| op("q", &format!("big{i}"), "held", -1000 * i, &json!(i)))
+        .collect();
+    schedule(&db.pool, "big", Value::Array(big)).await;
+    schedule(
+        &db.pool,
+        "small",
+        json!([op("q", "small1", "free", -10, &json!("s"))]),
+    )
+    .await;
+    let held: i64 = sqlx::query_scalar("SELECT queen.log_partition_ensure_v1('big', 'q', 'held')")
+        .fetch_one(&db.pool)
+        .await
+        .expect("ensure");
+
+    // Another transaction holds the big tenant's partition (a bulk take mid-way, or a push).
+    let mut conn_a = db.connection().await;
+    let mut tx_a = conn_a.begin().await.expect("begin A");
+    sqlx::query("SELECT 1 FROM queen.log_partitions WHERE id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *tx_a)
+        .await
+        .expect("hold the partition");
+
+    let mut conn_b = db.connection().await;
+    sqlx::query("SET lock_timeout = '300ms'")
+        .execute(&mut conn_b)
+        .await
+        .expect("lock_timeout");
+    // The plain take waits for the held partition (here: until its lock timeout, 55P03).
+    assert_eq!(sqlstate(take_skipping(&mut conn_b, false).await), "55P03");
+    // Skipping, it fires the small tenant's timer at once and leaves the big tenant's due.
+    let started = queen_sweeper::clock::monotonic_now();
+    let taken = take_skipping(&mut conn_b, true)
+        .await
+        .expect("skipping take");
+    assert!(started.elapsed() < Duration::from_millis(250), "it waited");
+    assert_eq!(taken, [("free".to_owned(), 1)]);
+    assert_eq!(messages(&db.pool, "small", "q", "free").await.len(), 1);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_timers WHERE tenant_id = 'big'"
+        )
+        .await,
+        5
+    );
+    // Nothing but held partitions left: an empty answer, still at once.
+    assert_eq!(take_skipping(&mut conn_b, true).await.expect("take"), []);
+
+    tx_a.commit().await.expect("release");
+    assert_eq!(
+        take_skipping(&mut conn_b, true).await.expect("take"),
+        [("held".to_owned(), 5)]
+    );
+    let offsets: Vec<i64> = messages(&db.pool, "big", "q", "held")
+        .await
+        .iter()
+        .map(|m| m.offset)
+        .collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 4], "dense, once each");
+}
+
+#[tokio::test]
+async fn a_take_of_rows_due_long_enough_ago_leaves_the_fresh_ones_and_counts_lateness_from_now() {
+    let db = TestDb::new().await;
+    insert_timer(&db.pool, "big", "old1", -5_000).await;
+    insert_timer(&db.pool, "big", "old2", -4_000).await;
+    insert_timer(&db.pool, "small", "fresh", -20).await;
+
+    let taken: Vec<(String, i32, Vec<i64>)> = sqlx::query_as(
+        "SELECT tenant_id, timers, late_ms FROM queen.log_timers_take_v1(\
+            ARRAY(SELECT generate_series(0, 63)), now(), 100, 100, 0, NULL, 1048576, 300, NULL, false, 1000)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("take");
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let (tenant, timers, late_ms) = &taken[0];
+    assert_eq!((tenant.as_str(), *timers), ("big", 2));
+    assert!(
+        late_ms.iter().all(|ms| *ms >= 4_000),
+        "lateness from now: {late_ms:?}"
+    );
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_timers WHERE timer_key = 'fresh'"
+        )
+        .await,
+        1
+    );
+    // A negative age is refused.
+    let refused = sqlx::query(
+        "SELECT * FROM queen.log_timers_take_v1(\
+            ARRAY(SELECT generate_series(0, 63)), now(), 100, 100, 0, NULL, 1048576, 300, NULL, false, -1)",
+    )
+    .fetch_all(&db.pool)
+    .await;
+    assert_eq!(sqlstate(refused), "22023");
+}
+
+#[tokio::test]
+async fn a_take_of_rows_due_within_a_window_leaves_the_older_backlog() {
+    let db = TestDb::new().await;
+    for i in 0..50 {
+        insert_timer(&db.pool, "big", &format!("old{i}"), -5_000 - i).await;
+    }
+    insert_timer(&db.pool, "small", "fresh", -20).await;
+
+    // Rows due less than 1 s ago: the fresh one only, though 50 older ones are due.
+    let taken: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT tenant_id, timers FROM queen.log_timers_take_v1(\
+            ARRAY(SELECT generate_series(0, 63)), now(), 10, 10, 32, NULL, 1048576, 300, NULL, false, 0, 1000)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("take");
+    assert_eq!(taken, [("small".to_owned(), 1)]);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM queen.log_timers WHERE tenant_id = 'big'"
+        )
+        .await,
+        50
+    );
+    let refused = sqlx::query(
+        "SELECT * FROM queen.log_timers_take_v1(\
+            ARRAY(SELECT generate_series(0, 63)), now(), 10, 10, 0, NULL, 1048576, 300, NULL, false, 0, -1)",
+    )
+    .fetch_all(&db.pool)
+    .await;
+    assert_eq!(sqlstate(refused), "22023");
+}

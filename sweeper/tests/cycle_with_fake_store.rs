@@ -66,6 +66,12 @@ enum Call {
         max_bytes: u64,
         /// The fairness round the take asked for.
         fair: Option<FairRound>,
+        /// It asked to skip the partitions others hold.
+        skip_held: bool,
+        /// It asked for rows due at least this long ago.
+        due_ms_ago: u64,
+        /// It asked for rows due less than this long ago.
+        due_within_ms: Option<u64>,
         /// Keys of the rows fired (none when the take failed).
         returned: Vec<String>,
         failed: bool,
@@ -138,6 +144,9 @@ struct Script {
     /// A fire call holding this key fails with this SQLSTATE.
     poison: Vec<(String, Sqlstate)>,
     fire_delay: Option<Delay>,
+    /// A take sleeps this long per row it takes (after `fire_delay`), so a big take lasts
+    /// longer than a small one.
+    take_row_delay: Option<Duration>,
     /// `fail` reports these keys exhausted.
     exhausted_keys: HashSet<String>,
     /// `fail` answers with no SQLSTATE (the connection is gone) before this instant.
@@ -169,6 +178,7 @@ impl Default for Script {
             stale_keys: HashSet::new(),
             poison: Vec::new(),
             fire_delay: None,
+            take_row_delay: None,
             exhausted_keys: HashSet::new(),
             fail_down_until: None,
             fail_times: Vec::new(),
@@ -300,7 +310,7 @@ impl Store for FakeStore {
     /// Takes from the pool like a claim, up to the row budget and the byte cap (a first row over
     /// the cap goes alone); a take holding a poison key fails whole and leaves the pool as it was.
     async fn take(&self, _slot: &Slot<Maintenance>, request: &TakeRequest) -> Result<Taken, Error> {
-        let (answer, delay) = {
+        let (answer, delay, row_delay) = {
             let mut script = self.script();
             let answer = match script.take_errors.pop_front() {
                 Some(state) => Err(state),
@@ -333,13 +343,19 @@ impl Store for FakeStore {
                     }
                 }
             };
-            (answer, script.fire_delay)
+            let per_row = script
+                .take_row_delay
+                .map(|d| d * answer.as_ref().map_or(0, |rows| rows.len() as u32));
+            (answer, script.fire_delay, per_row)
         };
         let takes_before = self.calls().iter().filter(|c| c.kind() == "take").count();
         self.record(Call::Take {
             max_rows: request.max_rows,
             max_bytes: request.max_bytes,
             fair: request.fair.clone(),
+            skip_held: request.skip_held_partitions,
+            due_ms_ago: request.due_ms_ago,
+            due_within_ms: request.due_within_ms,
             returned: answer
                 .as_ref()
                 .map(|rows| rows.iter().map(|r| r.timer_key.clone()).collect())
@@ -350,6 +366,9 @@ impl Store for FakeStore {
             Some(Delay::Advance(d)) => tokio::time::advance(d).await,
             Some(Delay::Sleep(d)) => tokio::time::sleep(d).await,
             None => {}
+        }
+        if let Some(d) = row_delay {
+            tokio::time::sleep(d).await;
         }
         let rows = answer.map_err(|state| db_error(state, "take"))?;
         let mut destinations: Vec<TakenDestination> = Vec::new();
@@ -1725,9 +1744,11 @@ fn takes(calls: &[Call]) -> Vec<(u32, usize, bool)> {
 async fn the_shipped_drain_takes_each_batch_in_one_call_with_no_claim_and_no_fire() {
     let fake = FakeStore::new();
     fake.script().pool.extend(batch("k", 250));
+    // The pass's own lane alone (the bulk lane is tested on its own).
     let config = take_config(&[
         ("QUEEN_SWEEPER_CLAIM_BATCH", "100"),
         ("QUEEN_SWEEPER_MAX_FIRE_BYTES", "65536"),
+        ("QUEEN_SWEEPER_BULK_BATCH", "0"),
     ]);
 
     let (report, metrics) = drain_once(&fake, &config, &CancellationToken::new()).await;
@@ -1760,7 +1781,11 @@ async fn the_shipped_drain_takes_each_batch_in_one_call_with_no_claim_and_no_fir
 async fn every_take_of_a_pass_runs_the_fairness_round_and_moves_it_on() {
     let fake = FakeStore::new();
     fake.script().pool.extend(batch("k", 250));
-    let config = take_config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "100")]);
+    // The pass's own lane alone: the bulk lane's takes run no round (tested on their own).
+    let config = take_config(&[
+        ("QUEEN_SWEEPER_CLAIM_BATCH", "100"),
+        ("QUEEN_SWEEPER_BULK_BATCH", "0"),
+    ]);
 
     drain_once(&fake, &config, &CancellationToken::new()).await;
 
@@ -2015,12 +2040,248 @@ async fn a_capped_backlog_with_fast_calls_keeps_the_full_batch_and_the_floor() {
         assert_eq!(report.outcome, Outcome::WorkAvailable);
         assert_eq!(report.sleep, FLOOR);
     }
+    // The pass's own takes (the fairness round first) keep their 100 rows; the bulk lane beside
+    // them keeps its 5 000.
+    let (own, bulk): (Vec<_>, Vec<_>) = lanes(&sweeper.store().calls());
+    assert!(own.iter().all(|max_rows| *max_rows == 100), "{own:?}");
     assert!(
-        takes(&sweeper.store().calls())
-            .iter()
-            .all(|(max_rows, ..)| *max_rows == 100)
+        !bulk.is_empty() && bulk.iter().all(|max_rows| *max_rows == 5000),
+        "{bulk:?}"
     );
     assert_eq!(sweeper.metrics().fire_pressure.get(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_take_starts_the_bulk_lane_and_the_pass_keeps_taking_small_batches_beside_it() {
+    // 150 rows; a take costs 1 ms a row. The pass's first take (10 rows) comes back full, so a
+    // bulk take of 100 starts beside the pass's own takes of 10.
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(150);
+        script.pool.extend(batch("k", 150));
+        script.take_row_delay = Some(Duration::from_millis(1));
+    }
+    let mut sweeper = take_sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "10"),
+            ("QUEEN_SWEEPER_BULK_BATCH", "100"),
+            ("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", "25"),
+        ],
+    );
+    let started = tokio_now();
+    let report = sweeper.pass().await;
+    let drain = report.drain.unwrap();
+    let calls = sweeper.store().calls();
+
+    assert_eq!(drain.fired, 150);
+    assert_eq!(sweeper.store().script().pool.len(), 0);
+    assert_eq!(drain.stop, DrainStop::NothingToClaim);
+    // The bulk lane: a full take of 100 (10-110 ms), then a short one that ends it.
+    let (own, bulk) = lanes(&calls);
+    assert_eq!(bulk, [100, 100]);
+    assert_eq!(drain.bulk_takes, 2);
+    // Each bulk take asks only for the backlog the pass found: rows due before its first take
+    // (the pass began 10 and 110 ms earlier); the own takes ask for everything due.
+    let ages: Vec<(bool, u64)> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take {
+                fair, due_ms_ago, ..
+            } => Some((fair.is_some(), *due_ms_ago)),
+            _ => None,
+        })
+        .collect();
+    assert!(ages.iter().all(|(own, age)| !own || *age == 0), "{ages:?}");
+    // The own takes beside it ask only for what fell due since the pass began.
+    let windows: Vec<(bool, Option<u64>)> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take {
+                fair: Some(_),
+                skip_held,
+                due_within_ms,
+                ..
+            } => Some((*skip_held, *due_within_ms)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        windows,
+        [
+            (false, None),
+            (true, Some(10)),
+            (true, Some(20)),
+            (true, Some(30)),
+            (true, Some(40)),
+            (true, Some(50)),
+            (true, Some(75)),
+            (true, Some(100)),
+            (false, None)
+        ]
+    );
+    let bulk_ages: Vec<u64> = ages
+        .iter()
+        .filter(|(own, _)| !own)
+        .map(|(_, a)| *a)
+        .collect();
+    assert_eq!(bulk_ages, [10, 110]);
+    // The own lane never waited for the bulk take: its first take (0-10 ms), four more of 10
+    // beside the bulk take (10-50 ms), then empty ones 25 ms apart while the bulk lane still
+    // ran (50, 75, 100 ms; the third pause ends at 125), then, the bulk lane done, the empty
+    // take that ends the pass.
+    assert_eq!(own, [10; 9]);
+    let own_calls: Vec<(usize, bool)> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take {
+                fair: Some(_),
+                skip_held,
+                returned,
+                ..
+            } => Some((returned.len(), *skip_held)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        own_calls,
+        [
+            (10, false),
+            (10, true),
+            (10, true),
+            (10, true),
+            (10, true),
+            (0, true),
+            (0, true),
+            (0, true),
+            (0, false)
+        ],
+        "beside the bulk lane, and only there, the own takes skip held partitions"
+    );
+    let order: Vec<bool> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take { fair, .. } => Some(fair.is_some()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order[..3],
+        [true, true, false],
+        "the bulk lane starts after the first full take"
+    );
+    assert_eq!(tokio_now() - started, Duration::from_millis(125));
+    assert_eq!(drain.takes, 11);
+    assert_eq!(sweeper.metrics().empty_claims.get(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bulk_lane_stops_at_its_first_short_take() {
+    // 420 rows: the first take of 10, then bulk takes of 100 beside takes of 10: the bulk lane
+    // stops after the first take that comes back under 100, and the own lane drains the rest.
+    let fake = FakeStore::new();
+    {
+        let mut script = fake.script();
+        script.probe_default = due(420);
+        script.pool.extend(batch("k", 420));
+        script.take_row_delay = Some(Duration::from_millis(1));
+    }
+    let mut sweeper = take_sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "10"),
+            ("QUEEN_SWEEPER_BULK_BATCH", "100"),
+        ],
+    );
+    let drain = sweeper.pass().await.drain.unwrap();
+    let (own, bulk) = lanes(&sweeper.store().calls());
+    assert_eq!(drain.fired, 420);
+    assert_eq!(sweeper.store().script().pool.len(), 0);
+    let bulk_returned: Vec<usize> = sweeper
+        .store()
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Take {
+                fair: None,
+                returned,
+                ..
+            } => Some(returned.len()),
+            _ => None,
+        })
+        .collect();
+    // Every bulk take but the last came back full; the last came back short, and none followed.
+    let (last, full) = bulk_returned.split_last().unwrap();
+    assert!(*last < 100, "{bulk_returned:?}");
+    assert!(
+        !full.is_empty() && full.iter().all(|rows| *rows == 100),
+        "{bulk_returned:?}"
+    );
+    assert!(bulk.iter().all(|rows| *rows == 100), "{bulk:?}");
+    assert!(own.iter().all(|rows| *rows == 10), "{own:?}");
+    assert_eq!(drain.bulk_takes as usize, bulk.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bulk_lane_stays_off_below_a_full_take_at_zero_at_or_below_the_claim_batch_and_on_the_leased_path()
+ {
+    let run = |pool: usize, vars: &'static [(&'static str, &'static str)], take: bool| async move {
+        let fake = FakeStore::new();
+        {
+            let mut script = fake.script();
+            script.probe_default = due(pool as u32);
+            script.pool.extend(batch("k", pool));
+            script.take_row_delay = Some(Duration::from_millis(1));
+        }
+        let config = if take {
+            take_config(vars)
+        } else {
+            config(vars)
+        };
+        let mut sweeper = Sweeper::with_jitter(Arc::new(fake), config, "id", Box::new(|| 0.5));
+        let drain = sweeper.pass().await.drain.unwrap();
+        let (_, bulk) = lanes(&sweeper.store().calls());
+        (drain.fired, drain.bulk_takes, bulk.len())
+    };
+    const BATCH_10: &[(&str, &str)] = &[
+        ("QUEEN_SWEEPER_CLAIM_BATCH", "10"),
+        ("QUEEN_SWEEPER_BULK_BATCH", "100"),
+    ];
+    // On: a first take that came back full.
+    assert_eq!(run(300, BATCH_10, true).await.0, 300);
+    assert!(run(300, BATCH_10, true).await.1 > 0);
+    // A first take under its batch: there is no backlog to share.
+    assert_eq!(run(7, BATCH_10, true).await, (7, 0, 0));
+    // Off by configuration.
+    const OFF: &[(&str, &str)] = &[
+        ("QUEEN_SWEEPER_CLAIM_BATCH", "10"),
+        ("QUEEN_SWEEPER_BULK_BATCH", "0"),
+    ];
+    assert_eq!(run(300, OFF, true).await, (300, 0, 0));
+    const SAME: &[(&str, &str)] = &[
+        ("QUEEN_SWEEPER_CLAIM_BATCH", "10"),
+        ("QUEEN_SWEEPER_BULK_BATCH", "10"),
+    ];
+    assert_eq!(run(300, SAME, true).await, (300, 0, 0));
+    // The leased path claims and fires; it has no bulk lane.
+    assert_eq!(run(300, BATCH_10, false).await, (300, 0, 0));
+}
+
+/// The takes' `max_rows`: the pass's own (with a fairness round), then the bulk lane's (none).
+fn lanes(calls: &[Call]) -> (Vec<u32>, Vec<u32>) {
+    let mut own = Vec::new();
+    let mut bulk = Vec::new();
+    for call in calls {
+        if let Call::Take { max_rows, fair, .. } = call {
+            if fair.is_some() {
+                own.push(*max_rows);
+            } else {
+                bulk.push(*max_rows);
+            }
+        }
+    }
+    (own, bulk)
 }
 
 // ---------------------------------------------------------------------------------------------

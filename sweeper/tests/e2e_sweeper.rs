@@ -517,7 +517,7 @@ async fn with_the_fire_switched_off_nothing_fires_and_the_backlog_shows_then_all
 async fn a_dropped_take_function_spends_no_attempt_and_dead_letters_nothing() {
     let db = TestDb::new().await;
     insert_timers(&db.pool, 50, -100.0, 0.0, 2, 2).await;
-    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[]) RENAME TO log_timers_take_gone")
+    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_v1(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[], boolean, integer, integer) RENAME TO log_timers_take_gone")
         .execute(&db.pool)
         .await
         .unwrap();
@@ -550,7 +550,7 @@ async fn a_dropped_take_function_spends_no_attempt_and_dead_letters_nothing() {
         50
     );
 
-    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_gone(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[]) RENAME TO log_timers_take_v1")
+    sqlx::raw_sql("ALTER FUNCTION queen.log_timers_take_gone(integer[], timestamptz, integer, integer, integer, text, bigint, integer, bigint[], boolean, integer, integer) RENAME TO log_timers_take_v1")
         .execute(&db.pool)
         .await
         .unwrap();

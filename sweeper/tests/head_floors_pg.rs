@@ -203,6 +203,9 @@ async fn the_store_floors_its_take_and_finds_a_row_written_below_a_floor_at_the_
         fair: None,
         max_bytes: 1 << 20,
         row_overhead: 300,
+        skip_held_partitions: false,
+        due_ms_ago: 0,
+        due_within_ms: None,
     };
     let taken = store.take(&slot, &take).await.unwrap();
     assert_eq!(taken.timers(), LIVE as u64 + 1);

@@ -98,12 +98,13 @@ fn min_key() -> TimerKey {
 }
 
 /// CLAIM, first half: chooses and locks rows (skipping rows other transactions lock), in rounds
-/// over the shards like the SQL. Returns the chosen keys with their pre-claim visible_at.
+/// over the shards like the SQL, among rows visible from `since` to `now` (`since` 0: all due
+/// rows; the SQL's head floors). Returns the chosen keys with their pre-claim visible_at.
 pub fn claim_lock(
     t: &mut Tables,
     txn: u64,
     shards: &[u8],
-    now: Us,
+    (since, now): (Us, Us),
     max_rows: u32,
     per_tenant: u32,
     already: &[(TimerKey, Us)],
@@ -127,7 +128,7 @@ pub fn claim_lock(
             let mut taken = 0;
             let candidates: Vec<(Us, TimerKey)> = t
                 .index
-                .range((shard, 0, min_key())..)
+                .range((shard, since, min_key())..)
                 .take_while(|(s, visible_at, _)| *s == shard && *visible_at <= now)
                 .filter(|(_, _, key)| {
                     !t.locked_by_other(key, txn) && !t.row_locks.contains_key(key)
@@ -172,11 +173,11 @@ pub fn claim_fair(
     t: &mut Tables,
     txn: u64,
     now: Us,
-    (shards, max_rows): (&[u8], u32),
+    (shards, max_rows, since): (&[u8], u32, Us),
     tenants: u32,
     after: Option<&str>,
 ) -> (Vec<(TimerKey, Us)>, Option<String>) {
-    if tenants == 0 || !more_due_than(t, shards, now, max_rows as usize) {
+    if tenants == 0 || !more_due_than(t, shards, (since, now), max_rows as usize) {
         return (Vec::new(), None);
     }
     let visit = fair_round_tenants(t, tenants as usize, after);
@@ -193,12 +194,12 @@ pub fn claim_fair(
 }
 
 /// Whether more than `n` rows of `shards` are due at `now`, whoever holds them.
-fn more_due_than(t: &Tables, shards: &[u8], now: Us, n: usize) -> bool {
+fn more_due_than(t: &Tables, shards: &[u8], (since, now): (Us, Us), n: usize) -> bool {
     shards
         .iter()
         .flat_map(|&shard| {
             t.index
-                .range((shard, 0, min_key())..)
+                .range((shard, since, min_key())..)
                 .take_while(move |(s, visible_at, _)| *s == shard && *visible_at <= now)
         })
         .take(n + 1)

@@ -319,13 +319,21 @@ async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&
             t,
             txn,
             now,
-            (shards, limits.max_rows),
+            (shards, limits.max_rows, 0),
             limits.fair_tenants.min(limits.max_rows),
             fair_after,
         );
         let remaining = limits.max_rows - picked.len() as u32;
         if remaining > 0 {
-            let more = ops::claim_lock(t, txn, shards, now, remaining, limits.per_tenant, &picked);
+            let more = ops::claim_lock(
+                t,
+                txn,
+                shards,
+                (0, now),
+                remaining,
+                limits.per_tenant,
+                &picked,
+            );
             picked.extend(more);
         }
         (txn, picked, fair_next)

@@ -30,24 +30,42 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
     }
     // The pick; the append and the delete come under the partitions' locks.
     db.cpu(c.take_base_us).await;
-    let (mut ids, bytes) = db.with(|t| {
-        let ids: Vec<u64> = destinations(t, &picked)
-            .keys()
-            .map(|d| t.partition_id(d))
-            .collect();
-        let bytes: u64 = picked
+    let (mut ids, mut guards) = (db.with(|t| partition_ids(t, &picked)), Vec::new());
+    ids.sort_unstable();
+    ids.dedup();
+    let mut picked = picked;
+    if request.skip_held_partitions {
+        // FOR UPDATE SKIP LOCKED on the partitions: the rows bound for a held one stay due.
+        let mut held = Vec::new();
+        for id in ids.drain(..) {
+            match db.partition_lock(id).try_lock_owned() {
+                Ok(guard) => guards.push(guard),
+                Err(_) => held.push(id),
+            }
+        }
+        if !held.is_empty() {
+            picked = db.with(|t| {
+                picked
+                    .into_iter()
+                    .filter(|(key, _)| !held.contains(&partition_of(t, key)))
+                    .collect()
+            });
+        }
+        if picked.is_empty() {
+            db.with(|t| t.release_locks(txn));
+            return Response::Taken(Taken::default());
+        }
+    }
+    let bytes = db.with(|t| {
+        picked
             .iter()
             .map(|(key, _)| {
                 key.key.len() as u64
                     + t.timers.get(key).map_or(0, |row| row.payload_bytes)
                     + c.row_overhead_bytes
             })
-            .sum();
-        (ids, bytes)
+            .sum::<u64>()
     });
-    ids.sort_unstable();
-    ids.dedup();
-    let mut guards = Vec::with_capacity(ids.len());
     for id in ids {
         guards.push(db.partition_lock(id).lock_owned().await);
     }
@@ -67,23 +85,53 @@ fn lock(t: &mut Tables, request: &TakeRequest, now: Us) -> (u64, Picked, Option<
         .as_ref()
         .map_or((0, None), |f| (f.tenants, f.after.as_deref()));
     let shards = request.shards.as_slice();
+    // Due at least `due_ms_ago` before now (the bulk lane's takes), or less than
+    // `due_within_ms` ago (the own lane's beside it); lateness counts from now.
+    let since = request
+        .due_within_ms
+        .map_or(0, |ms| now.saturating_sub(ms.saturating_mul(1_000)));
+    let now = now.saturating_sub(request.due_ms_ago.saturating_mul(1_000));
     let (mut picked, fair_next) = ops::claim_fair(
         t,
         txn,
         now,
-        (shards, request.max_rows),
+        (shards, request.max_rows, since),
         fair_tenants.min(request.max_rows),
         fair_after,
     );
     let remaining = request.max_rows - picked.len() as u32;
     if remaining > 0 {
-        let more = ops::claim_lock(t, txn, shards, now, remaining, request.per_tenant, &picked);
+        let more = ops::claim_lock(
+            t,
+            txn,
+            shards,
+            (since, now),
+            remaining,
+            request.per_tenant,
+            &picked,
+        );
         picked.extend(more);
     }
     let kept = kept_under_cap(t, &picked, request.max_bytes, request.row_overhead);
     picked.truncate(kept);
     let fair_next = if picked.is_empty() { None } else { fair_next };
     (txn, picked, fair_next)
+}
+
+/// The partition ids the picked rows are bound for (with repeats).
+fn partition_ids(t: &mut Tables, picked: &Picked) -> Vec<u64> {
+    picked.iter().map(|(key, _)| partition_of(t, key)).collect()
+}
+
+/// The partition id a locked row is bound for.
+fn partition_of(t: &mut Tables, key: &TimerKey) -> u64 {
+    let row = t.timers.get(key).expect("a locked row exists");
+    let destination = Destination {
+        tenant: key.tenant.clone(),
+        queue: key.queue.clone(),
+        partition: row.partition.clone(),
+    };
+    t.partition_id(&destination)
 }
 
 /// How many picked rows fit `max_bytes` in take order; a first row over the cap goes alone.

@@ -190,6 +190,9 @@ async fn take(store: &PgStore, admission: &Admission) -> Result<f64, String> {
                 fair: None,
                 max_bytes: config.max_fire_bytes,
                 row_overhead: ROW_OVERHEAD_BYTES,
+                skip_held_partitions: false,
+                due_ms_ago: 0,
+                due_within_ms: None,
             },
         )
         .await
