@@ -23,9 +23,11 @@ const DRAIN: &[&str] = &[
     "sql/016_sweeper_probe.sql",
 ];
 
-/// The sleep between passes: its floor, its ceiling, the empty-claim band, the wake.
+/// The sleep between passes: its floor, its ceiling, the empty-claim band, the wake; and the drain,
+/// whose own lane waits the band's lower end between takes while its bulk lane runs.
 const SLEEP: &[&str] = &[
     "sweeper/src/cycle.rs",
+    "sweeper/src/drain",
     "sweeper/src/sleep.rs",
     "sweeper/src/waker.rs",
     "sql/011_timers_probe_claim.sql",
