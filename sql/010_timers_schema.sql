@@ -46,9 +46,9 @@ CREATE INDEX IF NOT EXISTS log_timers_shard_visible_idx ON queen.log_timers (sha
 
 -- [measured 2026-12-07] log_timers fillfactor = 100
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 2 brokers, 300 timers/s, 512 B payloads
---   commit:   398d97f
+--   commit:   084692f
 --   symptom:  free space per page that claims cannot use: a claim rewrites visible_at, which is indexed, so it is never a HOT update
---   observed: 3 runs per value. (1) log_timers heap + index bytes at the end (safe within 1.25× of the least), median [min–max] per value: 100: 2465792 [2457600–2473984]; 90: 2949120 [1671168–2957312]; 70: 2768896 [2023424–3563520].
+--   observed: 3 runs per value. (1) log_timers heap + index bytes at the end (safe within 1.25× of the least), median [min–max] per value: 100: 2457600 [2457600–2473984]; 90: 2940928 [2940928–2965504]; 70: 2482176 [2293760–3522560].
 --   decision: 100, by the rule at the top of 001_log_schema.sql (shipped was 100): no edge is sought on side 1; the shipped value is safe on every side.
 -- Why 100: every update of a timer row (claim, backoff, reschedule) rewrites visible_at, which is
 -- indexed, so none can be a HOT update and free space left in a page buys nothing. (It was 90, a

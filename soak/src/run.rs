@@ -1663,7 +1663,22 @@ fn payload_bytes(w: &Workload, len: u32, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// One producer on its own connection, pushing batches at its rate, timing each push.
+/// How long a push took, counted from the instant its schedule meant it to start, not from
+/// when it was sent: a push held up behind a stalled one is a push that waited (without this, a
+/// pusher blocked 300 ms by a fire records one slow push and skips the fifteen it could not
+/// send, and the stall vanishes from the p99; "coordinated omission"). A push is never sent
+/// before its instant, so this is never shorter than the call itself.
+fn since_intended(intended: std::time::Instant, answered: std::time::Instant) -> Duration {
+    answered.saturating_duration_since(intended)
+}
+
+/// The instant push `n` of a pusher started at `started` is meant to start.
+fn intended_start(started: std::time::Instant, gap: Duration, n: u64) -> std::time::Instant {
+    started + gap * u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// One producer on its own connection, pushing batches at its rate, timing each push from the
+/// instant its schedule meant it to start.
 async fn push_load(
     url: String,
     w: Workload,
@@ -1695,7 +1710,7 @@ async fn push_load(
         );
         let queue = format!("q{}", n % u64::from(w.queues.max(1)));
         let tenant = format!("t{}", n % u64::from(w.tenants.max(1)));
-        let before = clock::monotonic_now();
+        let intended = intended_start(started, gap, n);
         sqlx::query("SELECT count(*) FROM queen.log_push_v1($1, $2, $3, $4, NULL, now())")
             .bind(&tenant)
             .bind(&queue)
@@ -1704,7 +1719,7 @@ async fn push_load(
             .execute(&mut connection)
             .await
             .map_err(Error::db(format!("pusher {index}")))?;
-        let micros = (clock::monotonic_now() - before).as_micros() as u64;
+        let micros = since_intended(intended, clock::monotonic_now()).as_micros() as u64;
         {
             let mut s = shared.lock().expect("not poisoned");
             s.pushes_total += 1;
@@ -1747,4 +1762,52 @@ async fn kv_load(url: String, w: Workload, shared: Arc<Mutex<Shared>>) -> Result
         tokio::time::sleep(next.saturating_duration_since(clock::monotonic_now())).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod push_timing_tests {
+    use super::*;
+
+    /// The pusher's loop, with every call taking `call` except the first, which takes `stall`:
+    /// the latencies it records.
+    fn latencies(gap: Duration, call: Duration, stall: Duration, pushes: u64) -> Vec<Duration> {
+        let started = std::time::Instant::now();
+        let mut now = started;
+        (0..pushes)
+            .map(|n| {
+                let intended = intended_start(started, gap, n);
+                now = now.max(intended);
+                now += if n == 0 { stall } else { call };
+                since_intended(intended, now)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stall_shows_in_every_push_it_held_up_not_only_in_the_one_it_hit() {
+        let slow = |ds: &[Duration]| {
+            ds.iter()
+                .filter(|d| **d >= Duration::from_millis(20))
+                .count()
+        };
+        let held = latencies(
+            Duration::from_millis(20),
+            Duration::from_millis(1),
+            Duration::from_millis(300),
+            100,
+        );
+        assert_eq!(held[0], Duration::from_millis(300));
+        // Pushes 1..14 were due while the first was stuck: each waited from its own instant.
+        assert_eq!(held[1], Duration::from_millis(281));
+        assert_eq!(held[14], Duration::from_millis(34));
+        assert_eq!(held[15], Duration::from_millis(15));
+        assert_eq!(slow(&held), 15);
+        let calm = latencies(
+            Duration::from_millis(20),
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+            100,
+        );
+        assert!(calm.iter().all(|d| *d == Duration::from_millis(1)));
+    }
 }

@@ -53,15 +53,15 @@ pub mod knob {
             "floor of the sleep when work is genuinely available";
         MAX_SLEEP_MS = "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, [1, 60_000],
             "ceiling of every sleep: the worst-case delay for a timer scheduled on another broker";
-        EMPTY_CLAIM_MIN_MS = "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", 25, [1, 60_000],
+        EMPTY_CLAIM_MIN_MS = "QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", 15, [1, 60_000],
             "lower end of the jittered band after an empty claim";
         EMPTY_CLAIM_MAX_MS = "QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", 200, [1, 60_000],
             "upper end of the jittered band after an empty claim";
         LEASE_MS = "QUEEN_SWEEPER_LEASE_MS", 30_000, [100, HOUR_MS],
             "claim lease; a pass stops claiming once it has spent half of it";
-        CLAIM_BATCH = "QUEEN_SWEEPER_CLAIM_BATCH", 200, [1, 100_000],
+        CLAIM_BATCH = "QUEEN_SWEEPER_CLAIM_BATCH", 800, [1, 100_000],
             "rows per claim call";
-        BULK_BATCH = "QUEEN_SWEEPER_BULK_BATCH", 5_000, [0, 100_000],
+        BULK_BATCH = "QUEEN_SWEEPER_BULK_BATCH", 20_000, [0, 100_000],
             "rows per take of the bulk lane: once a pass's take comes back full, takes of this many rows, oldest first and with no fairness round, run beside the pass's own on a second connection until one comes back short; 0, or not above QUEEN_SWEEPER_CLAIM_BATCH: off";
         CYCLE_MAX_ROWS = "QUEEN_SWEEPER_CYCLE_MAX_ROWS", 60_000, [1, 10_000_000],
             "rows per drain pass before the probe runs again";
