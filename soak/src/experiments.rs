@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::faults::TUNED_AUTOVACUUM;
 use crate::rig::Rig;
-use crate::run::{IDEMPOTENCY_WINDOW, Keyed, Run, RunResult, Workload};
+use crate::run::{Autovacuum, IDEMPOTENCY_WINDOW, Keyed, Run, RunResult, Workload};
 use queen_sweeper::knob;
 
 /// A setting and what its sweep found.
@@ -354,6 +355,19 @@ fn p99(r: &RunResult) -> f64 {
 
 fn stream_p99(r: &RunResult) -> f64 {
     r.stream_lateness_ms.as_ref().map_or(0.0, |s| s.p99)
+}
+
+/// Seconds of load of the autovacuum sweep: the threshold's cycle (a vacuum every 5-65 s at
+/// 500 fires/s) must fit in a run several times.
+const AUTOVACUUM_SECONDS: u64 = 60;
+
+/// The most dead rows `queen.log_timers` held in any sampled second of the run.
+fn peak_dead_timer_rows(r: &RunResult) -> f64 {
+    r.series
+        .iter()
+        .map(|s| s.timers_dead_rows)
+        .max()
+        .unwrap_or(0) as f64
 }
 
 fn push_p99(r: &RunResult) -> f64 {
@@ -852,6 +866,56 @@ fn sweeps(scale: Scale) -> Vec<Sweep> {
                 Criterion::NearLeast(1.25),
                 Toward::Nowhere,
             )],
+        },
+        Sweep {
+            setting: "log_timers autovacuum_vacuum_threshold",
+            shipped: u64::from(TUNED_AUTOVACUUM.vacuum_threshold),
+            unit: "dead rows",
+            // With the launcher every 5 s, 500 fires/s leave 2 500 dead rows between two looks:
+            // 500 and 2 000 vacuum at every look, 8 000 about every 16 s, 32 000 about once a
+            // minute (so once or never in a run).
+            values: vec![500, 2_000, 8_000, 32_000],
+            workload: Box::new(move |threshold| {
+                let mut w = Workload::quiet("autovacuum threshold", s.max(AUTOVACUUM_SECONDS));
+                w.brokers = 3;
+                w.timers_per_s = 500;
+                w.timer_delay_ms = (0, 2_000);
+                w.autovacuum = Some(Autovacuum {
+                    vacuum_threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
+                    ..TUNED_AUTOVACUUM
+                });
+                w
+            }),
+            sides: vec![
+                same_runs(
+                    "dead timer rows pile up between vacuums, and the probe and the pick walk them",
+                    "dead rows in queen.log_timers, the most in any second (500 timers/s, 3 brokers, autovacuum_naptime 5 s)",
+                    peak_dead_timer_rows,
+                    Criterion::NearLeast(2.0),
+                    Toward::Above,
+                ),
+                same_runs(
+                    "a vacuum run more often than the dead rows call for pays its fixed cost again: WAL and writes taken from the fire",
+                    "WAL bytes/s of the run",
+                    |r| r.wal_bytes_per_s,
+                    Criterion::NearLeast(1.25),
+                    Toward::Below,
+                ),
+                same_runs(
+                    "what the fire's users see of either",
+                    "lateness p99 (ms) of the timers",
+                    p99,
+                    Criterion::NearLeast(2.0),
+                    Toward::Nowhere,
+                ),
+                same_runs(
+                    "the table's size, which the dead rows hold",
+                    "queen.log_timers heap + index bytes at the end",
+                    |r| (r.sizes_end.timers_bytes + r.sizes_end.timers_index_bytes) as f64,
+                    Criterion::Recorded,
+                    Toward::Nowhere,
+                ),
+            ],
         },
         Sweep {
             setting: IDEMPOTENCY_WINDOW,

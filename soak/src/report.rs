@@ -492,6 +492,9 @@ fn over_time_metric(setting: &str) -> (&'static str, fn(&crate::run::Sample) -> 
         "QUEEN_SWEEPER_LEASE_MS" => ("stale segments", |s| s.stale_segments as f64),
         "QUEEN_SWEEPER_MAX_SLEEP_MS" => ("lateness p99 (ms)", |s| s.lateness_p99_ms),
         "log_timers fillfactor" => ("log_timers bytes", |s| s.timers_bytes as f64),
+        "log_timers autovacuum_vacuum_threshold" => ("dead rows in queen.log_timers", |s| {
+            s.timers_dead_rows as f64
+        }),
         _ => ("timers fired/s", |s| s.fired_per_s),
     }
 }
