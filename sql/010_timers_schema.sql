@@ -57,12 +57,17 @@ CREATE INDEX IF NOT EXISTS log_timers_shard_visible_idx ON queen.log_timers (sha
 -- stall every claim and fire; the table's peak size is kept instead.
 ALTER TABLE queen.log_timers SET (fillfactor = 100, vacuum_truncate = off);
 
--- [measured 2026-12-06] log_timers autovacuum_vacuum_threshold = 2000
---   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 3 brokers, 500 timers/s due 0-2 s ahead, 512 B payloads, 3600 s, autovacuum_naptime = 5s
---   commit:   dd10799 (binaries built there; the report names 9026169 (dirty), the tree at the run's start: dd10799 plus reports, README edits uncommitted)
---   symptom:  dead timer rows piling up between vacuums, walked by the probe and the pick, and the table growing with them
---   observed: 1 run (reports/faults/2026-12-06-2c-24g-pg15/autovacuum/steady-tuned-hour/): dead timer rows at most 3 762; timers table and indexes 464 KiB -> 3 136 KiB (2 656 KiB over minutes 1-12, 2 832-2 864 over 12-42, 3 136 over 42-60); 1 800 000 fired, 0 twice, 0 early, 0 never; lateness p50 4 / p99 15 ms, max 15 335 ms (one second at 2 381 s, cause not established, see the report's README entry). Against the server's defaults (1 run of 300 s at 69e3ed8, reports/faults/2026-12-06-2c-24g-pg15/autovacuum/steady/): dead rows up to 39 318, 448 KiB -> 25 MB.
---   decision: 2000 with scale factor 0 and cost delay 0, chosen by hand from one run per setting; no sweep of the threshold and not the rule's three repetitions.
+-- [measured 2026-12-07] log_timers autovacuum_vacuum_threshold = 2000
+--   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 3 brokers, 500 timers/s, 512 B payloads
+--   commit:   5826b07
+--   symptom:  dead timer rows pile up between vacuums, and the probe and the pick walk them; against it: a vacuum run more often than the dead rows call for pays its fixed cost again: WAL and writes taken from the fire; against it: what the fire's users see of either; against it: the table's size, which the dead rows hold
+--   observed: 3 runs per value. (1) dead rows in queen.log_timers, the most in any second (500 timers/s, 3 brokers, autovacuum_naptime 5 s) (safe within 2× of the least), median [min–max] per value: 500: 2368 [2366–2555]; 2000: 2284 [2273–3140]; 8000: 2304 [2288–2541]; 32000: 2329 [2326–2346]. Edge 32000, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 32000, the sweep's end: the edge is there or beyond. (2) WAL bytes/s of the run (safe within 1.25× of the least), median [min–max] per value: 500: 893384 [892104–897835]; 2000: 892721 [891678–893203]; 8000: 893000 [892656–893272]; 32000: 892889 [892039–892900]. Edge 500, not resolved (its range overlaps the next point's, or nothing beyond it showed the symptom). FLAGGED: the symptom did not appear at 500, the sweep's end: the edge is there or beyond. (3) lateness p99 (ms) of the timers (safe within 2× of the least), median [min–max] per value: 500: 9.1 [8.7–9.3]; 2000: 8.7 [8.6–8.7]; 8000: 9.7 [9.1–10.2]; 32000: 8.4 [7.8–10.4]. (4) queen.log_timers heap + index bytes at the end (recorded, not judged), median [min–max] per value: 500: 2449408 [2375680–2449408]; 2000: 2433024 [2400256–2736128]; 8000: 2392064 [2383872–2400256]; 32000: 2375680 [2367488–2408448].
+--   decision: 2000, by the rule at the top of 001_log_schema.sql (shipped was 2000): the edge 32000 is not resolved: one step beyond it; the value in force lies beyond it and is safe on every side.
+-- The sweep above cannot show its symptom in 60 s: pages pruned as they are read keep the dead
+-- rows near 2 300 at every threshold that long. It takes minutes: with the server's defaults,
+-- 39 318 dead rows in 300 s (reports/faults/2026-12-06-2c-24g-pg15/autovacuum/steady/, at
+-- 69e3ed8); at 2 000 with the launcher every 5 s, at most 3 762 over an hour and the table
+-- 464 KiB -> 3 136 KiB (.../autovacuum/steady-tuned-hour/, binaries built at dd10799, 1 run).
 -- Autovacuum of the timers: every fired timer leaves one dead row (and its index entries) that
 -- the probe and the claim walk until a vacuum removes it. The server's defaults (a vacuum once a
 -- fifth of the table is dead, throttled) let the dead rows of minutes pile up at the head of the

@@ -289,7 +289,7 @@ fn apply_one(
 ) -> Result<String, String> {
     let decided = block.decided();
     if let Decided::Refused(reason) = &decided {
-        return Err(format!("the decision rule gave no value ({reason})"));
+        return record_undecided(block, reason, contents, sql_dir);
     }
     let sweeper_knob = queen_sweeper::knob::ALL
         .iter()
@@ -351,6 +351,43 @@ fn apply_one(
     }
     Err(format!("no marker in {}", sql_dir.display()))
 }
+
+/// A block whose rule gave no value: it replaces the older block (whose numbers this run
+/// measured again) when it was measured at the value in force, and the default stays; `soak
+/// blocks --check` lists it as undecided until a person decides. A block measured at another
+/// value than the one in force is refused: its numbers describe a default that is not shipped.
+fn record_undecided(
+    block: &Block,
+    reason: &str,
+    contents: &mut [(PathBuf, String)],
+    sql_dir: &Path,
+) -> Result<String, String> {
+    let in_force = contents
+        .iter()
+        .find_map(|(_, content)| value_in_force(content, &block.setting))
+        .ok_or_else(|| format!("no marker or block in {}", sql_dir.display()))?;
+    if in_force != block.value {
+        return Err(format!(
+            "the decision rule gave no value ({reason}), and the block was measured at {}, not at the value in force, {in_force}",
+            block.value
+        ));
+    }
+    for (path, content) in contents.iter_mut() {
+        if let Some(replaced) = replace_in(content, block)? {
+            *content = replaced;
+            return Ok(format!(
+                "{UNDECIDED}{} = {} in {}, the value in force kept: the decision rule gave no value ({reason})",
+                block.setting,
+                block.value,
+                path.display()
+            ));
+        }
+    }
+    Err(format!("no marker in {}", sql_dir.display()))
+}
+
+/// How `apply` starts the line of a block it recorded without a decision.
+pub const UNDECIDED: &str = "UNDECIDED ";
 
 /// The value a setting's marker or block in `content` records, if it has one.
 fn value_in_force(content: &str, setting: &str) -> Option<u64> {
@@ -934,10 +971,10 @@ mod tests {
             (
                 decided(
                     "QUEEN_SWEEPER_CLAIM_BATCH",
-                    200,
-                    "none; 200 stays in force: no value.",
+                    800,
+                    "none; 800 stays in force: no value.",
                 ),
-                "gave no value",
+                "not at the value in force, 200",
             ),
             (
                 block("QUEEN_SWEEPER_CLAIM_BATCH", 800),
@@ -996,6 +1033,30 @@ mod tests {
             s.read("config.rs")
                 .contains("\"QUEEN_SWEEPER_CLAIM_BATCH\", 800, [1")
         );
+    }
+
+    #[test]
+    fn a_block_the_rule_left_undecided_replaces_the_older_numbers_and_keeps_the_default() {
+        let s = Scratch::new(
+            "undecided",
+            &[decided(
+                "QUEEN_SWEEPER_CLAIM_BATCH",
+                200,
+                "none; 200 stays in force: the sides conflict.",
+            )],
+        );
+        let applied = s.apply(false).expect("recorded, not refused");
+        assert!(
+            applied[0].starts_with("UNDECIDED QUEEN_SWEEPER_CLAIM_BATCH = 200"),
+            "{applied:?}"
+        );
+        assert_eq!(s.read("config.rs"), CONFIG, "the default is not touched");
+        let sql = s.read("sql/001.sql");
+        assert!(
+            sql.contains("--   decision: none; 200 stays in force: the sides conflict."),
+            "{sql}"
+        );
+        assert!(!sql.contains("[not measured] QUEEN_SWEEPER_CLAIM_BATCH"));
     }
 
     #[test]

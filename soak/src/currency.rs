@@ -118,6 +118,9 @@ pub enum Verdict {
     Uncommitted { files: Vec<String> },
     /// The block's commit is not in this repository (a shallow clone, or a commit not kept).
     UnknownCommit,
+    /// Measured on the code in force, but its rule gave no value (its sides conflict at every
+    /// measured value): the value in force stays until a person decides.
+    Undecided { reason: String },
 }
 
 impl Currency {
@@ -141,13 +144,16 @@ impl Currency {
                 format!("{} changed and not committed", files.join(", "))
             }
             Verdict::UnknownCommit => "its commit is not in this repository".to_owned(),
+            Verdict::Undecided { reason } => {
+                format!("no governed file changed since, but the rule gave no value: {reason}")
+            }
         };
         format!(
             "{} {} = {} ({at}, {}): {why}",
-            if self.is_current() {
-                "current"
-            } else {
-                "STALE"
+            match self.verdict {
+                Verdict::Current => "current",
+                Verdict::Undecided { .. } => "UNDECIDED",
+                _ => "STALE",
             },
             self.setting,
             self.value,
@@ -190,9 +196,14 @@ pub fn check(repo: &Path, sql_dir: &Path) -> Result<Vec<Currency>, String> {
                 )
             })?;
             let commit = block_commit(&block);
-            let verdict = match &commit {
-                None => Verdict::NoCommit,
-                Some(c) => judge(repo, c, governed)?,
+            let verdict = match (&commit, block.decided()) {
+                (None, _) => Verdict::NoCommit,
+                (Some(c), decided) => match (judge(repo, c, governed)?, decided) {
+                    (Verdict::Current, blocks::Decided::Refused(reason)) => {
+                        Verdict::Undecided { reason }
+                    }
+                    (verdict, _) => verdict,
+                },
             };
             out.push(Currency {
                 setting: block.setting.clone(),
@@ -420,6 +431,37 @@ mod tests {
         repo.block(Some(&changed));
         repo.commit("the new block");
         assert_eq!(repo.verdicts(), [Verdict::Current]);
+    }
+
+    #[test]
+    fn a_block_whose_rule_gave_no_value_is_undecided_not_current() {
+        let repo = Repo::new("undecided");
+        repo.write("sweeper/src/sleep.rs", "fn v1() {}\n");
+        let measured = repo.commit("the code measured");
+        repo.write(
+            "sql/001.sql",
+            &format!(
+                "-- [measured 2026-12-07] QUEEN_SWEEPER_MAX_SLEEP_MS = 1000\n--   rig:      r\n--   commit:   {measured}\n--   observed: o.\n--   decision: none; 1000 stays in force: both sides conflict.\nSELECT 1;\n"
+            ),
+        );
+        repo.commit("its block");
+        let found = check(&repo.0, &repo.0.join("sql")).expect("check");
+        assert_eq!(
+            found[0].verdict,
+            Verdict::Undecided {
+                reason: "1000 stays in force: both sides conflict.".into()
+            }
+        );
+        assert!(!found[0].is_current());
+        assert!(found[0].line().starts_with("UNDECIDED "), "{}", found[0].line());
+
+        // Once its code changes, it is stale like any other block.
+        repo.write("sweeper/src/sleep.rs", "fn v2() {}\n");
+        repo.commit("the sleep changes");
+        assert!(matches!(
+            repo.verdicts()[0],
+            Verdict::ChangedSince { .. }
+        ));
     }
 
     #[test]
