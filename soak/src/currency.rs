@@ -453,15 +453,16 @@ mod tests {
             }
         );
         assert!(!found[0].is_current());
-        assert!(found[0].line().starts_with("UNDECIDED "), "{}", found[0].line());
+        assert!(
+            found[0].line().starts_with("UNDECIDED "),
+            "{}",
+            found[0].line()
+        );
 
         // Once its code changes, it is stale like any other block.
         repo.write("sweeper/src/sleep.rs", "fn v2() {}\n");
         repo.commit("the sleep changes");
-        assert!(matches!(
-            repo.verdicts()[0],
-            Verdict::ChangedSince { .. }
-        ));
+        assert!(matches!(repo.verdicts()[0], Verdict::ChangedSince { .. }));
     }
 
     #[test]

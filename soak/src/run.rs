@@ -1771,7 +1771,7 @@ mod push_timing_tests {
     /// The pusher's loop, with every call taking `call` except the first, which takes `stall`:
     /// the latencies it records.
     fn latencies(gap: Duration, call: Duration, stall: Duration, pushes: u64) -> Vec<Duration> {
-        let started = std::time::Instant::now();
+        let started = clock::monotonic_now();
         let mut now = started;
         (0..pushes)
             .map(|n| {

@@ -401,15 +401,22 @@ mod tests {
         // its drain edge at 5 ms did not clear 50 ms's range, and the decision rule's margin
         // moved it one step, to 1 ms (probes 41/s per broker there, within 2× of the least).
         assert_eq!((c.sleep_ms_min, c.sleep_ms_max), (1, 1000));
-        assert_eq!((c.empty_claim_ms_min, c.empty_claim_ms_max), (25, 200));
+        // The band's lower end was 25 ms until the experiments at 084692f: with the bulk lane,
+        // bursts were 29.9 ms late (p99) at 5 ms and 68.7 at 25 (2× the least is 59.8); 15 ms
+        // calls 145 times a second against 371 at 5. Its upper end is undecided since a5b8b88.
+        assert_eq!((c.empty_claim_ms_min, c.empty_claim_ms_max), (15, 200));
         // CYCLE_MAX_ROWS was 5 000 until the experiments at 398d97f
         // (reports/2026-12-07-2c-24g-pg15): the drain was within 10% of its best only at 60 000
         // rows, and the small tenant's p99 stayed flat at every pass length. Measured again at
         // d7e48d1, 60 000 stays by least change (safe on both sides), though 5 000 drained as
         // fast there.
+        // CLAIM_BATCH was 200 until the experiments at 084692f: with the bulk lane the drain was
+        // 38 978 timers/s at 200 and 46 243 at 800, and a small tenant's p99 stayed 26-31 ms up
+        // to 2 000 rows. BULK_BATCH (5 000 when it came in at 10baf7c) moved to 20 000 there;
+        // measured again at a5b8b88 with pushes timed from their schedule, it is undecided.
         assert_eq!(
-            (c.lease_ms, c.claim_batch, c.cycle_max_rows),
-            (30_000, 200, 60_000)
+            (c.lease_ms, c.claim_batch, c.bulk_batch, c.cycle_max_rows),
+            (30_000, 800, 20_000, 60_000)
         );
         // 8 MiB in the design. One run per point found push p99 four times worse at 8 MiB than
         // at 1 MiB (reports/2026-12-02-2c-24g-pg15), so it was 1 MiB; three runs per point at
@@ -418,7 +425,10 @@ mod tests {
         // 5 148 timers/s at 1 MiB against 17 988 at 8 MiB: the decision rule gave 8 MiB. Those
         // 64 KiB payloads compressed, and no 200-row take passed 12.9 MiB. With 256 KiB
         // incompressible payloads at 234963c (51 MiB takes), push p99 was 38.6 ms at 8 MiB
-        // against 3.6 with no sweeper, 6.9 at 32 MiB: the rule gives 32 MiB.
+        // against 3.6 with no sweeper, 6.9 at 32 MiB: the rule gives 32 MiB. Those pushes were
+        // timed from their send, which hid a stalled pusher's skipped pushes; timed from their
+        // schedule (run at a5b8b88), 32 MiB reads 761 ms and 4 MiB 16.2, and the rule decides
+        // nothing (the drain at 4 MiB is 79% of its best): 32 MiB stays, undecided.
         assert_eq!(c.max_fire_bytes, 32 * 1024 * 1024);
         assert_eq!(c.due_cap, 2_000);
         assert_eq!(

@@ -1546,7 +1546,13 @@ async fn due_later_sleeps_until_it_is_due() {
 async fn a_first_empty_claim_sleeps_the_jittered_band_not_the_floor() {
     let fake = FakeStore::new();
     fake.script().probe_default = due(5);
-    let mut sweeper = sweeper(fake, &[]);
+    let mut sweeper = sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS", "25"),
+            ("QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS", "200"),
+        ],
+    );
 
     let report = sweeper.pass().await;
 
@@ -1840,7 +1846,8 @@ async fn a_take_that_fails_on_a_timer_retries_the_batch_leased_and_only_that_tim
         script.poison.push(("poison".into(), Some("P0001")));
     }
 
-    let (report, _) = drain_once(&fake, &take_config(&[]), &CancellationToken::new()).await;
+    let config = take_config(&[("QUEEN_SWEEPER_CLAIM_BATCH", "200")]);
+    let (report, _) = drain_once(&fake, &config, &CancellationToken::new()).await;
 
     let calls = fake.calls();
     assert_eq!(takes(&calls)[0], (200, 0, true), "the take fails whole");
@@ -2358,7 +2365,13 @@ async fn the_alarm_keeps_counting_while_the_prune_is_shed() {
         }
         script.pool.extend(batch("k", 100_000));
     }
-    let mut sweeper = take_sweeper(fake, &[("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "200")]);
+    let mut sweeper = take_sweeper(
+        fake,
+        &[
+            ("QUEEN_SWEEPER_CYCLE_MAX_ROWS", "200"),
+            ("QUEEN_SWEEPER_CLAIM_BATCH", "200"),
+        ],
+    );
     let mut seen = Vec::new();
     for _ in 0..4 {
         let report = sweeper.pass().await;
