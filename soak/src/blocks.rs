@@ -296,10 +296,7 @@ fn apply_one(
         .any(|k| k.var == block.setting);
     let api = api_knob(configs.api, &block.setting);
     let is_knob = sweeper_knob || api.is_some();
-    let in_force = contents
-        .iter()
-        .find_map(|(_, content)| value_in_force(content, &block.setting))
-        .ok_or_else(|| format!("no marker or block in {}", sql_dir.display()))?;
+    let in_force = in_force_in(contents, block, sql_dir)?;
     let changes = in_force != block.value;
     if changes {
         if decided == Decided::Unstated {
@@ -330,23 +327,46 @@ fn apply_one(
         }
         None => (configs.sweeper, None),
     };
+    let path = write_block(contents, block, sql_dir)?;
+    if let Some(c) = new_config {
+        *config = c;
+    }
+    let change = if changes {
+        format!(" (was {in_force}; the default in config.rs too)")
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{} = {} in {}{change}",
+        block.setting,
+        block.value,
+        path.display()
+    ))
+}
+
+/// The value in force of `block`'s setting: what its marker or block in the `.sql` files says.
+fn in_force_in(
+    contents: &[(PathBuf, String)],
+    block: &Block,
+    sql_dir: &Path,
+) -> Result<u64, String> {
+    contents
+        .iter()
+        .find_map(|(_, content)| value_in_force(content, &block.setting))
+        .ok_or_else(|| format!("no marker or block in {}", sql_dir.display()))
+}
+
+/// `block` in place of its setting's marker or older block, in the first file that has one;
+/// that file's path.
+fn write_block(
+    contents: &mut [(PathBuf, String)],
+    block: &Block,
+    sql_dir: &Path,
+) -> Result<PathBuf, String> {
     for (path, content) in contents.iter_mut() {
         if let Some(replaced) = replace_in(content, block)? {
             *content = replaced;
-            if let Some(c) = new_config {
-                *config = c;
-            }
-            let change = if changes {
-                format!(" (was {in_force}; the default in config.rs too)")
-            } else {
-                String::new()
-            };
-            return Ok(format!(
-                "{} = {} in {}{change}",
-                block.setting,
-                block.value,
-                path.display()
-            ));
+            return Ok(path.clone());
         }
     }
     Err(format!("no marker in {}", sql_dir.display()))
@@ -362,28 +382,20 @@ fn record_undecided(
     contents: &mut [(PathBuf, String)],
     sql_dir: &Path,
 ) -> Result<String, String> {
-    let in_force = contents
-        .iter()
-        .find_map(|(_, content)| value_in_force(content, &block.setting))
-        .ok_or_else(|| format!("no marker or block in {}", sql_dir.display()))?;
+    let in_force = in_force_in(contents, block, sql_dir)?;
     if in_force != block.value {
         return Err(format!(
             "the decision rule gave no value ({reason}), and the block was measured at {}, not at the value in force, {in_force}",
             block.value
         ));
     }
-    for (path, content) in contents.iter_mut() {
-        if let Some(replaced) = replace_in(content, block)? {
-            *content = replaced;
-            return Ok(format!(
-                "{UNDECIDED}{} = {} in {}, the value in force kept: the decision rule gave no value ({reason})",
-                block.setting,
-                block.value,
-                path.display()
-            ));
-        }
-    }
-    Err(format!("no marker in {}", sql_dir.display()))
+    let path = write_block(contents, block, sql_dir)?;
+    Ok(format!(
+        "{UNDECIDED}{} = {} in {}, the value in force kept: the decision rule gave no value ({reason})",
+        block.setting,
+        block.value,
+        path.display()
+    ))
 }
 
 /// How `apply` starts the line of a block it recorded without a decision.
