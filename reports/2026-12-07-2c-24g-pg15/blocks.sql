@@ -53,10 +53,10 @@
 
 -- [measured 2026-12-07] QUEEN_SWEEPER_EMPTY_CLAIM_MAX_MS = 200
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 5 brokers, 300 timers every 1 s in one burst, 8192 B payloads, 2 pushers × 50/s × 20 messages of 512 B, 1 due timers held locked by another transaction, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=15
---   commit:   4d44f85 (dirty)
+--   commit:   e98611e
 --   symptom:  a narrow band keeps the brokers that found nothing in step: they probe and claim together; against it: a wide band leaves the next burst waiting
---   observed: 3 runs per value. (1) probe + claim calls/s, all brokers, with one due row held locked (the band's bottom at the shipped 25 ms) (safe at most 50% of the smallest value's), median [min–max] per value: 25: 402 [390–402]; 200: 91.1 [90.8–94.8]; 800: 26.8 [26.2–30.9]. Edge 200. (2) lateness p99 (ms) of the bursts (safe within 2× of the least), median [min–max] per value: 25: 31.2 [23.4–32.1]; 200: 70.1 [44.4–74.7]; 800: 175 [76.8–299]. Edge 25.
---   decision: none; 200 stays in force: the edge 200 is resolved; 200 shows side 2's symptom (lateness p99 (ms) of the bursts); 800 shows side 2's symptom (lateness p99 (ms) of the bursts).
+--   observed: 3 runs per value. (1) probe + claim calls/s, all brokers, with one due row held locked (the band's bottom at the shipped minimum) (safe at most 50% of the smallest value's), median [min–max] per value: 25: 315 [313–317]; 50: 230 [227–235]; 100: 148 [144–152]; 200: 85.7 [85.6–90.9]; 400: 48.8 [48.1–50.8]; 800: 26.2 [25.8–27.1]. Edge 100. (2) lateness p99 (ms) of the bursts (safe within 2× of the least), median [min–max] per value: 25: 57.6 [49.8–59.7]; 50: 51.9 [50.1–58.0]; 100: 60.2 [45.2–97.9]; 200: 75.8 [65.8–76.3]; 400: 100 [80.2–133]; 800: 278 [158–279]. Edge 400.
+--   decision: 200, by the rule at the top of 001_log_schema.sql (shipped was 200): the edge 100 is resolved; the value in force lies beyond it and is safe on every side.
 
 -- [measured 2026-12-07] QUEEN_SWEEPER_MIN_SLEEP_MS = 1
 --   rig:      2 cores, 24 GiB, PostgreSQL 15.18 (Debian 15.18-0+deb12u1) (shared_buffers=128MB, synchronous_commit=on, fsync=on, max_connections=300), local; 1 broker, a backlog of 40000 timers, 512 B payloads, QUEEN_SWEEPER_EMPTY_CLAIM_MIN_MS=25
