@@ -175,6 +175,48 @@ fn crash(take: u64) -> Workload {
     w
 }
 
+/// What one rig run delivered, as its delivery checks read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Delivered {
+    fired: u64,
+    duplicates: i64,
+    never_fired: i64,
+    fired_early: i64,
+}
+
+impl Delivered {
+    fn of(r: &RunResult) -> Delivered {
+        Delivered {
+            fired: r.counters.fired,
+            duplicates: r.duplicates,
+            never_fired: r.never_fired,
+            fired_early: r.fired_early,
+        }
+    }
+}
+
+/// The delivery checks of one rig run: a duplicate or an early fire fails the suite in every
+/// case. A timer still due at the drain limit fails it too, except under the naive drain, whose
+/// livelock is exactly that (on 2026-12-07, at a 500 ms lease, 2 410 of 12 000 were still due
+/// after 60 s): there it is the symptom the case exists to show, recorded (the run's fired count
+/// says how many) and returned as a note.
+fn delivery(w: &Workload, d: Delivered) -> Result<Option<String>, String> {
+    if d.duplicates != 0 || d.fired_early != 0 || (d.never_fired != 0 && !w.naive_claim_then_fire) {
+        return Err(format!(
+            "{} duplicated, {} never fired, {} fired early",
+            d.duplicates, d.never_fired, d.fired_early
+        ));
+    }
+    Ok((d.never_fired != 0).then(|| {
+        format!(
+            "{} of {} timers still due at the {} s drain limit: the naive drain's livelock, recorded (0 duplicated, 0 fired early)",
+            d.never_fired,
+            d.never_fired + d.fired as i64,
+            w.drain_limit_s
+        )
+    }))
+}
+
 /// The simulation's run of `w` on `seed` with `costs`.
 ///
 /// `rig_kill_after_due_ms`: where in the burst the rig's kill landed. The simulation kills at
@@ -658,11 +700,10 @@ pub async fn run(
                     &format!("agree_{}", case.name.replace('-', "_")),
                 )
                 .await?;
-            if result.duplicates != 0 || result.never_fired != 0 || result.fired_early != 0 {
-                return Err(Error::Message(format!(
-                    "agreement {}: {} duplicated, {} never fired, {} fired early",
-                    case.name, result.duplicates, result.never_fired, result.fired_early
-                )));
+            if let Some(note) = delivery(&case.workload, Delivered::of(&result))
+                .map_err(|why| Error::Message(format!("agreement {}: {why}", case.name)))?
+            {
+                eprintln!("soak: agreement: {}: {note}", case.name);
             }
             reps.push(Side::of_rig(&result));
         }
@@ -1115,6 +1156,54 @@ pub fn resim(dir: &Path, commit: &str, model: &Model) -> Result<Agreement, Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_naive_drain_may_leave_timers_due_at_the_limit_and_nothing_excuses_a_duplicate() {
+        let shipped = cases()
+            .into_iter()
+            .find(|c| c.name == "livelock-take")
+            .unwrap();
+        let naive = cases()
+            .into_iter()
+            .find(|c| c.name == "livelock-naive-500ms")
+            .unwrap();
+        let clean = Delivered {
+            fired: 12_000,
+            duplicates: 0,
+            never_fired: 0,
+            fired_early: 0,
+        };
+        let stuck = Delivered {
+            fired: 9_590,
+            never_fired: 2_410,
+            ..clean
+        };
+        assert_eq!(delivery(&shipped.workload, clean), Ok(None));
+        assert_eq!(delivery(&naive.workload, clean), Ok(None));
+        let note = delivery(&naive.workload, stuck).unwrap().unwrap();
+        assert!(
+            note.starts_with("2410 of 12000 timers still due at the 60 s"),
+            "{note}"
+        );
+        assert!(delivery(&shipped.workload, stuck).is_err());
+        for broken in [
+            Delivered {
+                duplicates: 1,
+                ..clean
+            },
+            Delivered {
+                fired_early: 1,
+                ..clean
+            },
+            Delivered {
+                duplicates: 1,
+                ..stuck
+            },
+        ] {
+            assert!(delivery(&naive.workload, broken).is_err(), "{broken:?}");
+            assert!(delivery(&shipped.workload, broken).is_err(), "{broken:?}");
+        }
+    }
 
     #[test]
     fn every_case_runs_in_the_sim_what_it_runs_on_the_rig() {
