@@ -69,9 +69,13 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
     for id in ids {
         guards.push(db.partition_lock(id).lock_owned().await);
     }
+    let append = Append {
+        start: now_us(),
+        row_us: c.take_row_us,
+    };
     db.cpu(c.take_row_us * picked.len() as Us).await;
     db.write_wal(bytes).await;
-    let taken = db.with(|t| commit(t, txn, &picked, now, host, fair_next));
+    let taken = db.with(|t| commit(t, txn, &picked, (now, append), host, fair_next));
     drop(guards);
     Response::Taken(taken)
 }
@@ -170,22 +174,38 @@ fn destinations(t: &Tables, picked: &Picked) -> BTreeMap<Destination, Vec<(Timer
     by_destination
 }
 
-/// The commit: every destination's rows appended and deleted, the locks released.
+/// When the take's append began (its partition locks held) and what each row of it costs: a
+/// message's `created_at` is the instant its row was inserted, as `clock_timestamp()` gives it in
+/// the SQL, the rows in write order one `row_us` apart. Before 2026-12-07 every message of a take
+/// carried the take's start, before its pick: a 20 000-row bulk take's messages all read as
+/// fired at once (the agreement's burst at 44e8abf: 338 983 timers/s simulated against 25 932 on
+/// the rig, lateness p99 64 ms against 498).
+#[derive(Debug, Clone, Copy)]
+struct Append {
+    start: Us,
+    row_us: Us,
+}
+
+/// The commit: every destination's rows appended and deleted, the locks released. `at`: the
+/// take's `now` (its lateness, as the SQL's `p_now`) and its append.
 fn commit(
     t: &mut Tables,
     txn: u64,
     picked: &Picked,
-    now: Us,
+    at: (Us, Append),
     host: &str,
     fair_next: Option<String>,
 ) -> Taken {
+    let (now, append) = at;
+    let committed = now_us();
     let mut taken = Taken {
         destinations: Vec::new(),
         fair_after: fair_next,
     };
+    let mut written: Us = 0;
     for (destination, rows) in destinations(t, picked) {
         let mut late_ms = Vec::with_capacity(rows.len());
-        let entries = rows
+        let entries: Vec<_> = rows
             .iter()
             .map(|(key, _)| {
                 let row = t.remove_timer(key).expect("a locked row exists");
@@ -193,9 +213,15 @@ fn commit(
                 (row.txn, row.message_id)
             })
             .collect();
+        let count = entries.len();
         let first_offset = t.append(&destination, entries, now, super::state::Source::Fire, host);
+        let start = t.messages.len() - count;
+        for message in &mut t.messages[start..] {
+            written += 1;
+            message.created_at = (append.start + append.row_us * written).min(committed);
+        }
         t.segments.push(super::state::SegmentEvent {
-            at: now,
+            at: committed,
             host: host.to_owned(),
             fired: true,
             timers: late_ms.len() as u32,
@@ -208,4 +234,49 @@ fn commit(
     }
     t.release_locks(txn);
     taken
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis;
+    use crate::calibration;
+    use crate::world::{self, Burst, RunSpec};
+
+    /// 4 000 timers due at once, one broker: its first take (the claim batch) comes back full
+    /// and the bulk lane takes the rest in one take of 3 200 rows.
+    #[test]
+    fn a_takes_messages_carry_the_instants_their_rows_were_inserted_not_the_takes_start() {
+        let costs = calibration::builtin().costs;
+        let mut spec = RunSpec::new(1, costs);
+        spec.brokers = 1;
+        spec.safety_ms = 5_000;
+        spec.liveness_ms = 20_000;
+        spec.bursts = vec![Burst {
+            at_ms: 500,
+            count: 4_000,
+            delay_ms: 1_000,
+            payload_bytes: 512,
+            tenant: "t0".into(),
+            broker: 1,
+        }];
+        let outcome = world::run(&spec);
+        assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
+        let fires = analysis::fires_of(&outcome, "");
+        assert_eq!(fires.len(), 4_000);
+        let mut instants: Vec<_> = fires.iter().map(|f| f.1).collect();
+        instants.sort_unstable();
+        instants.dedup();
+        // Each row its own instant: stamped with its take's start, the 4 000 shared 2.
+        assert!(
+            instants.len() >= 3_800,
+            "{} distinct instants",
+            instants.len()
+        );
+        // The bulk take's 3 200 rows alone cost 3 200 row times between the first and the last.
+        let span = instants.last().unwrap() - instants.first().unwrap();
+        assert!(
+            span >= 3_200 * costs.take_row_us * 9 / 10,
+            "{span} µs from the first fired message to the last"
+        );
+    }
 }
