@@ -1189,7 +1189,7 @@ mod tests {
         assert_eq!(delivery(&naive.workload, clean), Ok(None));
         let note = delivery(&naive.workload, stuck).unwrap().unwrap();
         assert!(
-            note.starts_with("2410 of 12000 timers still due at the 60 s"),
+            note.starts_with("2410 timers still due at the 60 s"),
             "{note}"
         );
         assert!(delivery(&shipped.workload, stuck).is_err());
