@@ -2,9 +2,10 @@
 //! `queen-sweeper serve` processes, one of which can be killed with SIGKILL. Either way they are
 //! read the same way, through their Prometheus text.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use queen_sim::naive::NaiveForms;
 use queen_sweeper::Config;
@@ -251,11 +252,15 @@ impl Broker {
     /// (with `key` as its `Idempotency-Key`, if given), and returns each op's promised delivery
     /// instant, epoch microseconds (None when refused), and whether the answer replays an
     /// earlier call's.
+    ///
+    /// With `aim`, every schedule is due at that instant: its delay is set once the transaction
+    /// is open (the database's `now()` fixed), or, through the API, when the request is sent.
     pub async fn schedule(
         &self,
         tenant: &str,
         ops: &[TimerOp],
         key: Option<&str>,
+        aim: Option<Instant>,
     ) -> Result<Scheduled, Error> {
         match self {
             Broker::InProcess { .. } if key.is_some() => Err(Error::Broker(
@@ -267,8 +272,9 @@ impl Broker {
                     .await
                     .map_err(Error::sweeper("cannot begin a schedule transaction"))?;
                 let mut tx = seam.begin(opened);
+                let aimed = aimed(ops, aim);
                 let results = tx
-                    .apply(tenant, ops, clock::tokio_now())
+                    .apply(tenant, &aimed, clock::tokio_now())
                     .await
                     .map_err(Error::sweeper("the schedule was refused"))?;
                 let promised = results
@@ -284,7 +290,7 @@ impl Broker {
                 })
             }
             Broker::Process { listen, client, .. } => {
-                let body = serde_json::json!({ "ops": ops.iter().map(TimerOp::to_json).collect::<Vec<_>>() });
+                let body = serde_json::json!({ "ops": aimed(ops, aim).iter().map(TimerOp::to_json).collect::<Vec<_>>() });
                 let mut request = client
                     .post(format!("http://{listen}/api/v1/timers"))
                     .header("x-queen-tenant", tenant)
@@ -400,4 +406,22 @@ mod tests {
         );
         assert_eq!(epoch_us("yesterday"), None);
     }
+}
+
+/// `ops` with every schedule's delay set so that it is due at `aim` (this host's clock is the
+/// database's: the soak's server is on loopback), or as they are without one.
+pub fn aimed(ops: &[TimerOp], aim: Option<Instant>) -> Cow<'_, [TimerOp]> {
+    let Some(due_at) = aim else {
+        return Cow::Borrowed(ops);
+    };
+    let delay = due_at
+        .saturating_duration_since(clock::monotonic_now())
+        .as_millis() as i64;
+    let mut ops = ops.to_vec();
+    for op in &mut ops {
+        if let TimerOp::Schedule { delay_ms, .. } = op {
+            *delay_ms = delay;
+        }
+    }
+    Cow::Owned(ops)
 }
