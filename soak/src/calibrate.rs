@@ -18,7 +18,9 @@
 use std::time::Duration;
 
 use queen_harness::Spread;
-use queen_harness::calibration::{Calibration, Costs, Fit, FitPoint, ParallelDrain, fit_line};
+use queen_harness::calibration::{
+    Calibration, Costs, Fit, FitPoint, ParallelDrain, TakePhases, fit_line,
+};
 use queen_sweeper::{
     Admission, ClaimRequest, Config, KV_ALARM_CAP, LaneSizes, PgStore, ProbeRequest,
     ROLLUP_TENANTS_PER_STEP, ROW_OVERHEAD_BYTES, SegmentResult, ShardOrder, Store, TakeRequest,
@@ -47,6 +49,9 @@ const PARALLEL_REPS: usize = 3;
 
 /// Batch sizes of the drain calls.
 const ROWS: [u32; 6] = [1, 25, 50, 100, 200, 400];
+/// Takes of the bulk lane's sizes (its default batch is 20 000), with their repetitions: the
+/// drain calls above stop at 400 rows, and the agreement's burst is one take of up to 20 000.
+const TAKE_BULK: [(u32, u32); 2] = [(2_000, 5), (20_000, 3)];
 /// Payloads of the 200-row batches that separate the WAL's part from the rows'.
 const PAYLOADS: [u32; 3] = [64, 2_048, 8_192];
 const PAYLOAD: u32 = 512;
@@ -160,6 +165,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         push_lock_hold_us,
         wal_bytes_per_s_runs: wal_runs,
         parallel_drain: parallel,
+        take_phases: take_phases(&drain, rtt),
     })
 }
 
@@ -305,6 +311,9 @@ struct DrainSamples {
     take: Samples,
     /// Takes of a batch while a backlog of [`DRAINING`] due timers in one queue drains.
     take_draining: Samples,
+    /// Each 512 B take's phases: (rows, [before its first stamp, over its stamps, after its
+    /// last], µs, the round trip not yet taken off).
+    take_phases: Vec<(u64, [f64; 3])>,
 }
 
 /// The KV sub-clocks' samples: (prune, rollup).
@@ -425,6 +434,7 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
         fire: Samples::default(),
         take: Samples::default(),
         take_draining: Samples::default(),
+        take_phases: Vec::new(),
     };
     let sizes = ROWS
         .iter()
@@ -436,33 +446,14 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
             let prefix = format!("c{rows}p{payload}r{rep}");
             due(db, rows, payload, &format!("{prefix}c")).await?;
             leased_once(db, &store, &admission, (rows, payload), &mut out).await?;
-            due(db, rows, payload, &format!("{prefix}t")).await?;
-            let slot = admission.maintenance().await;
-            let request = TakeRequest {
-                shards: ShardOrder::starting_at(0),
-                max_rows: rows,
-                per_tenant: rows,
-                fair: None,
-                max_bytes: u64::MAX / 2,
-                row_overhead: ROW_OVERHEAD_BYTES,
-                skip_held_partitions: false,
-                due_ms_ago: 0,
-                due_within_ms: None,
-            };
-            let (taken, us, wal) = timed(db, async {
-                store
-                    .take(&slot, &request)
-                    .await
-                    .map_err(sweeper_error("take"))
-            })
-            .await?;
-            if taken.timers() != u64::from(rows) {
-                return Err(Error::Message(format!(
-                    "calibrate: the take moved {} of {rows}",
-                    taken.timers()
-                )));
-            }
-            out.take.0.push(sample(rows, payload, us, wal));
+            take_once(db, &store, &admission, (rows, payload, &prefix), &mut out).await?;
+        }
+    }
+    for (rows, reps) in TAKE_BULK {
+        eprintln!("soak: calibrate: takes of {rows} rows of {PAYLOAD} B");
+        for rep in 0..reps {
+            let prefix = format!("bulk{rows}r{rep}");
+            take_once(db, &store, &admission, (rows, PAYLOAD, &prefix), &mut out).await?;
         }
     }
     eprintln!("soak: calibrate: takes of 200 while {DRAINING} due timers drain");
@@ -493,6 +484,62 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
         out.take_draining.0.push(sample(200, PAYLOAD, us, wal));
     }
     Ok(out)
+}
+
+/// One take of `rows` due timers of `payload` bytes (inserted first, with keys `prefix`t-…):
+/// its time and WAL, and where its messages' stamps fall in it.
+async fn take_once(
+    db: &RunDb,
+    store: &PgStore,
+    admission: &Admission,
+    (rows, payload, prefix): (u32, u32, &str),
+    out: &mut DrainSamples,
+) -> Result<(), Error> {
+    let keys = format!("{prefix}t");
+    due(db, rows, payload, &keys).await?;
+    let slot = admission.maintenance().await;
+    let request = TakeRequest {
+        shards: ShardOrder::starting_at(0),
+        max_rows: rows,
+        per_tenant: rows,
+        fair: None,
+        max_bytes: u64::MAX / 2,
+        row_overhead: ROW_OVERHEAD_BYTES,
+        skip_held_partitions: false,
+        due_ms_ago: 0,
+        due_within_ms: None,
+    };
+    let ((taken, sent_s), us, wal) = timed(db, async {
+        let sent_s = clock::wall_since_epoch().as_secs_f64();
+        let taken = store
+            .take(&slot, &request)
+            .await
+            .map_err(sweeper_error("take"))?;
+        Ok((taken, sent_s))
+    })
+    .await?;
+    if taken.timers() != u64::from(rows) {
+        return Err(Error::Message(format!(
+            "calibrate: the take moved {} of {rows}",
+            taken.timers()
+        )));
+    }
+    out.take.0.push(sample(rows, payload, us, wal));
+    if payload == PAYLOAD {
+        let (first, last): (f64, f64) = sqlx::query_as(
+            "SELECT extract(epoch FROM min(created_at))::float8, extract(epoch FROM max(created_at))::float8
+             FROM queen.log_messages WHERE starts_with(txn, $1)",
+        )
+        .bind(format!("{keys}-"))
+        .fetch_one(&db.pool)
+        .await
+        .map_err(Error::db("cannot read a take's stamps"))?;
+        let before = (first - sent_s) * 1e6;
+        let stamps = (last - first) * 1e6;
+        out.take_phases
+            .push((u64::from(rows), [before, stamps, us - before - stamps]));
+    }
+    Ok(())
 }
 
 /// `rows` due timers with incompressible payloads.
@@ -736,6 +783,12 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
     .round() as u64;
     let (fire_base, fire_row) = line(&drain.fire);
     let (take_base, take_row) = line(&drain.take);
+    let phases = take_phases(drain, m.rtt);
+    let slope = |f: fn(&TakePhases) -> f64| {
+        let points: Vec<(f64, f64)> = phases.iter().map(|p| (p.rows as f64, f(p))).collect();
+        fit_line(&points).1.max(0.0).round() as u64
+    };
+    let (take_pick_row, take_insert_row) = (slope(|p| p.before_first_us), slope(|p| p.stamps_us));
     let push_base = median(
         &push
             .0
@@ -765,6 +818,8 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         fire_row_us: fire_row,
         take_base_us: take_base,
         take_row_us: take_row,
+        take_pick_row_us: take_pick_row,
+        take_insert_row_us: take_insert_row,
         small_call_us: small_call,
         push_base_us: push_base,
         prune_row_us: prune_row,
@@ -834,6 +889,34 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
     (costs, fits)
 }
 
+/// Each take size's phases, medians over its repetitions, half the round trip taken off each
+/// end.
+fn take_phases(drain: &DrainSamples, rtt: f64) -> Vec<TakePhases> {
+    let mut sizes: Vec<u64> = drain.take_phases.iter().map(|(rows, _)| *rows).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|rows| {
+            let of = |i: usize| {
+                let values: Vec<f64> = drain
+                    .take_phases
+                    .iter()
+                    .filter(|(n, _)| *n == rows)
+                    .map(|(_, phases)| phases[i])
+                    .collect();
+                (median(&values) * 10.0).round() / 10.0
+            };
+            TakePhases {
+                rows,
+                before_first_us: (of(0) - rtt / 2.0).max(0.0),
+                stamps_us: of(1),
+                after_last_us: (of(2) - rtt / 2.0).max(0.0),
+            }
+        })
+        .collect()
+}
+
 /// One call's points against `predict(rows, payload)`.
 fn fit_of(
     call: &str,
@@ -890,6 +973,19 @@ pub fn summary(c: &Calibration) -> String {
         k.prune_row_us,
         k.row_overhead_bytes
     );
+    if !c.take_phases.is_empty() {
+        out += &format!(
+            "A take's phases ({PAYLOAD} B rows; per row, fitted: {} µs before its first message, {} µs a message over the stamps):\n\n| rows | before the first stamp, µs | over the stamps, µs | after the last, µs |\n|---:|---:|---:|---:|\n",
+            k.take_pick_row_us, k.take_insert_row_us
+        );
+        for p in &c.take_phases {
+            out += &format!(
+                "| {} | {:.0} | {:.0} | {:.0} |\n",
+                p.rows, p.before_first_us, p.stamps_us, p.after_last_us
+            );
+        }
+        out += "\n";
+    }
     if !c.parallel_drain.is_empty() {
         out += &format!(
             "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains; the disk's bytes per WAL byte are a diagnostic, not in the model):\n\n| payload B | connections | timers/s | over one | model | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|\n",

@@ -33,6 +33,16 @@ pub struct Costs {
     /// partitions' locks); its WAL as the fire's.
     pub take_base_us: Us,
     pub take_row_us: Us,
+    /// Of a take's time per row, the part before its first message is written (the pick, the
+    /// rows read again and numbered) and the part that writes them (the insert, each message
+    /// stamped with `clock_timestamp()` as it goes): the slopes of the first stamp's and the
+    /// stamps' span against the rows, from the takes' own messages. The rest of `take_row_us`
+    /// (the delete) comes after the last stamp. 0 in files written before 2026-12-07 (evening):
+    /// the whole row cost is then the append's, as the model had it.
+    #[serde(default)]
+    pub take_pick_row_us: Us,
+    #[serde(default)]
+    pub take_insert_row_us: Us,
     /// The small calls, their commit included: a fail, a DLQ, a KV put, a rollup step, a
     /// schedule's apply.
     pub small_call_us: Us,
@@ -115,6 +125,22 @@ pub struct Calibration {
     /// written before 2026-12-05.
     #[serde(default)]
     pub parallel_drain: Vec<ParallelDrain>,
+    /// Where a take's time goes, by size (512 B rows): before its first message's stamp, over
+    /// its stamps, after its last one. Empty in files written before 2026-12-07 (evening).
+    #[serde(default)]
+    pub take_phases: Vec<TakePhases>,
+}
+
+/// One take size's phases, µs, medians over its repetitions: from the call's start (less half
+/// the round trip) to its first message's `created_at`, from the first to the last, and from
+/// the last to the call's end (less half the round trip). The client's and the server's clocks
+/// are one (the rig's server is on loopback).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TakePhases {
+    pub rows: u64,
+    pub before_first_us: f64,
+    pub stamps_us: f64,
+    pub after_last_us: f64,
 }
 
 fn default_parallel_payload() -> u32 {
