@@ -60,6 +60,12 @@ pub struct Costs {
     pub row_overhead_bytes: u64,
     /// WAL bytes a claim writes per row it leases (a new row version and its index entry).
     pub claim_wal_bytes_per_row: u64,
+    /// WAL bytes each out-of-line chunk of a large payload adds beyond its bytes (its tuple
+    /// and its TOAST index entry; [`toast_chunks`]): a fired 8 KiB row wrote 9 498 B of WAL at
+    /// 9da0521, 990 B over payload plus row overhead, in 5 chunks. 0 in files written before
+    /// 2026-12-07 (evening).
+    #[serde(default)]
+    pub toast_chunk_wal_bytes: u64,
     /// The server's cores: at most this many statements spend their time at once; the others
     /// wait their turn (WAL writes and flushes are not CPU and do not take one).
     pub cores: u32,
@@ -70,6 +76,30 @@ pub struct Costs {
     /// written before 2026-12-05.
     #[serde(default)]
     pub contention_permille: u32,
+}
+
+/// A payload over this many bytes is stored out of line (its row passes PostgreSQL's
+/// `TOAST_TUPLE_THRESHOLD`, 2 032 B, once its other columns are counted), the payloads here
+/// being incompressible.
+pub const TOAST_PAYLOAD_BYTES: u64 = 1_900;
+/// The bytes of one out-of-line chunk (`TOAST_MAX_CHUNK_SIZE` with 8 KiB pages).
+pub const TOAST_CHUNK_BYTES: u64 = 1_996;
+
+/// The out-of-line chunks a payload of `bytes` is stored in: none below the threshold.
+pub fn toast_chunks(bytes: u64) -> u64 {
+    if bytes > TOAST_PAYLOAD_BYTES {
+        bytes.div_ceil(TOAST_CHUNK_BYTES)
+    } else {
+        0
+    }
+}
+
+impl Costs {
+    /// WAL bytes of one written row (a pushed or fired message, a scheduled timer) with a
+    /// payload of `payload` bytes.
+    pub fn row_wal_bytes(&self, payload: u64) -> u64 {
+        payload + self.row_overhead_bytes + toast_chunks(payload) * self.toast_chunk_wal_bytes
+    }
 }
 
 /// One call's fit: the model's formula against the medians measured at each size.
@@ -164,6 +194,11 @@ pub struct ParallelDrain {
     /// (2.2-2.3 here at 512 B, where the agreement's drains saw 1.05-1.15).
     #[serde(default)]
     pub disk_bytes_per_wal_byte: Option<f64>,
+    /// WAL bytes written per second over the drain, median over the repetitions (None in files
+    /// written before 2026-12-07, evening): what the WAL sustains while rows are drained, as
+    /// against the WAL runs' bursts.
+    #[serde(default)]
+    pub wal_bytes_per_s: Option<f64>,
 }
 
 impl Calibration {
@@ -212,6 +247,22 @@ pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_payloads_row_writes_its_chunks_overhead_and_a_small_ones_none() {
+        assert_eq!(toast_chunks(512), 0);
+        assert_eq!(toast_chunks(1_900), 0);
+        assert_eq!(toast_chunks(2_048), 2);
+        assert_eq!(toast_chunks(8_192), 5);
+        let mut c = Calibration::parse(include_str!(
+            "../../calibration/2026-12-05-2c-24g-pg15.json"
+        ))
+        .expect("parses")
+        .costs;
+        (c.row_overhead_bytes, c.toast_chunk_wal_bytes) = (316, 200);
+        assert_eq!(c.row_wal_bytes(512), 828);
+        assert_eq!(c.row_wal_bytes(8_192), 8_192 + 316 + 5 * 200);
+    }
 
     #[test]
     fn a_line_is_fitted_exactly_and_a_constant_has_no_slope() {

@@ -409,7 +409,7 @@ async fn commit(db: &Db, open: Option<OpenTxn>) -> Response {
         .staged
         .iter()
         .map(|change| match change {
-            Staged::Put(_, row) => row.payload_bytes + c.row_overhead_bytes,
+            Staged::Put(_, row) => c.row_wal_bytes(row.payload_bytes),
             Staged::Delete(_) => c.row_overhead_bytes,
         })
         .sum();
@@ -526,7 +526,7 @@ async fn push(
     let lock = db.partition_lock(id);
     let _partition = lock.lock().await;
     db.cpu(db.costs.push_base_us).await;
-    db.write_wal(u64::from(count) * (payload_bytes + db.costs.row_overhead_bytes))
+    db.write_wal(u64::from(count) * db.costs.row_wal_bytes(payload_bytes))
         .await;
     let now = now_us();
     let first_offset = db.with(|t| {
@@ -643,7 +643,8 @@ fn fire_wal_bytes(db: &Db, call: &FireCall, rows: &[Vec<(TimerKey, Uuid)>], live
             .filter(|(_, l)| **l)
             .flat_map(|(r, _)| r.iter())
             .map(|(key, _)| {
-                t.timers.get(key).map_or(0, |row| row.payload_bytes) + db.costs.row_overhead_bytes
+                db.costs
+                    .row_wal_bytes(t.timers.get(key).map_or(0, |row| row.payload_bytes))
             })
             .sum::<u64>()
     });

@@ -97,8 +97,7 @@ pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response
             .iter()
             .map(|(key, _)| {
                 key.key.len() as u64
-                    + t.timers.get(key).map_or(0, |row| row.payload_bytes)
-                    + c.row_overhead_bytes
+                    + c.row_wal_bytes(t.timers.get(key).map_or(0, |row| row.payload_bytes))
             })
             .sum::<u64>()
     });
