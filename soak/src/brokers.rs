@@ -368,6 +368,24 @@ pub fn epoch_us(text: &str) -> Option<i64> {
         .map(|at| at.timestamp_micros())
 }
 
+/// `ops` with every schedule's delay set so that it is due at `aim` (this host's clock is the
+/// database's: the soak's server is on loopback), or as they are without one.
+pub fn aimed(ops: &[TimerOp], aim: Option<Instant>) -> Cow<'_, [TimerOp]> {
+    let Some(due_at) = aim else {
+        return Cow::Borrowed(ops);
+    };
+    let delay = due_at
+        .saturating_duration_since(clock::monotonic_now())
+        .as_millis() as i64;
+    let mut ops = ops.to_vec();
+    for op in &mut ops {
+        if let TimerOp::Schedule { delay_ms, .. } = op {
+            *delay_ms = delay;
+        }
+    }
+    Cow::Owned(ops)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,22 +424,4 @@ mod tests {
         );
         assert_eq!(epoch_us("yesterday"), None);
     }
-}
-
-/// `ops` with every schedule's delay set so that it is due at `aim` (this host's clock is the
-/// database's: the soak's server is on loopback), or as they are without one.
-pub fn aimed(ops: &[TimerOp], aim: Option<Instant>) -> Cow<'_, [TimerOp]> {
-    let Some(due_at) = aim else {
-        return Cow::Borrowed(ops);
-    };
-    let delay = due_at
-        .saturating_duration_since(clock::monotonic_now())
-        .as_millis() as i64;
-    let mut ops = ops.to_vec();
-    for op in &mut ops {
-        if let TimerOp::Schedule { delay_ms, .. } = op {
-            *delay_ms = delay;
-        }
-    }
-    Cow::Owned(ops)
 }
