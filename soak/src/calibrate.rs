@@ -179,7 +179,9 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
 /// The model's one WAL bandwidth: the WAL runs' (statements of large rows, each followed by its
 /// flush), or what the large rows' parallel drains sustained if that is less. At 9da0521 the runs
 /// gave 234 MiB/s while the 8 KiB drains wrote at most about 182 MiB/s, and the simulation drained
-/// the agreement's 8 KiB bursts 1.18-1.62x as fast as the rig (rerun on 191 MB/s: within 13%).
+/// the agreement's 8 KiB bursts 1.18-1.62x as fast as the rig. One bandwidth for every number of
+/// writers is still too fast for five: at cf4679e the 8 KiB drains sustained 214 MiB/s on 3
+/// connections and 171 on 5.
 fn model_wal_bps(burst: f64, parallel: &[ParallelDrain]) -> f64 {
     let sustained = parallel
         .iter()
