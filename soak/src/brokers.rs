@@ -391,6 +391,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn aimed_schedules_are_all_due_at_the_instant_and_without_an_aim_nothing_changes() {
+        let schedule = |delay_ms| TimerOp::Schedule {
+            queue: "q".into(),
+            timer_key: "k".into(),
+            delay_ms,
+            payload: queen_sweeper::Payload::Bytes(vec![1]),
+            partition: None,
+            txn: None,
+        };
+        let ops = vec![schedule(5), schedule(9_000)];
+        assert!(matches!(aimed(&ops, None), Cow::Borrowed(_)));
+        let at = clock::monotonic_now() + Duration::from_secs(2);
+        let delays: Vec<i64> = aimed(&ops, Some(at))
+            .iter()
+            .map(|op| match op {
+                TimerOp::Schedule { delay_ms, .. } => *delay_ms,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(delays[0], delays[1]);
+        assert!((1_900..=2_000).contains(&delays[0]), "{delays:?}");
+        // An instant already past: due now, never a negative delay.
+        let past = aimed(
+            &ops,
+            Some(clock::monotonic_now() - Duration::from_millis(50)),
+        );
+        assert!(matches!(past[0], TimerOp::Schedule { delay_ms: 0, .. }));
+    }
+
+    #[test]
     fn counters_are_read_from_the_prometheus_text_of_a_broker() {
         let metrics = Metrics::new();
         metrics.query("probe");

@@ -303,23 +303,29 @@ async fn parallel_drain(
     })
 }
 
+/// A plain take of up to `rows` due timers from shard `first_shard` on: no fairness round, no
+/// per-tenant cap below `rows`, no byte cap, every due row.
+fn take_request(first_shard: u8, rows: u32) -> TakeRequest {
+    TakeRequest {
+        shards: ShardOrder::starting_at(first_shard),
+        max_rows: rows,
+        per_tenant: rows,
+        fair: None,
+        max_bytes: u64::MAX / 2,
+        row_overhead: ROW_OVERHEAD_BYTES,
+        skip_held_partitions: false,
+        due_ms_ago: 0,
+        due_within_ms: None,
+    }
+}
+
 /// Takes batches of 200 until a take comes back short; answers the timers moved.
 async fn take_until_empty(store: &PgStore, first_shard: u8) -> Result<u64, Error> {
     let admission = Admission::new(LaneSizes::default());
     let mut moved = 0;
     loop {
         let slot = admission.maintenance().await;
-        let request = TakeRequest {
-            shards: ShardOrder::starting_at(first_shard),
-            max_rows: 200,
-            per_tenant: 200,
-            fair: None,
-            max_bytes: u64::MAX / 2,
-            row_overhead: ROW_OVERHEAD_BYTES,
-            skip_held_partitions: false,
-            due_ms_ago: 0,
-            due_within_ms: None,
-        };
+        let request = take_request(first_shard, 200);
         let taken = store
             .take(&slot, &request)
             .await
@@ -498,17 +504,7 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
     due(db, DRAINING, PAYLOAD, "drain").await?;
     loop {
         let slot = admission.maintenance().await;
-        let request = TakeRequest {
-            shards: ShardOrder::starting_at(0),
-            max_rows: 200,
-            per_tenant: 200,
-            fair: None,
-            max_bytes: u64::MAX / 2,
-            row_overhead: ROW_OVERHEAD_BYTES,
-            skip_held_partitions: false,
-            due_ms_ago: 0,
-            due_within_ms: None,
-        };
+        let request = take_request(0, 200);
         let (taken, us, wal) = timed(db, async {
             store
                 .take(&slot, &request)
@@ -536,17 +532,7 @@ async fn take_once(
     let keys = format!("{prefix}t");
     due(db, rows, payload, &keys).await?;
     let slot = admission.maintenance().await;
-    let request = TakeRequest {
-        shards: ShardOrder::starting_at(0),
-        max_rows: rows,
-        per_tenant: rows,
-        fair: None,
-        max_bytes: u64::MAX / 2,
-        row_overhead: ROW_OVERHEAD_BYTES,
-        skip_held_partitions: false,
-        due_ms_ago: 0,
-        due_within_ms: None,
-    };
+    let request = take_request(0, rows);
     let ((taken, sent_s), us, wal) = timed(db, async {
         let sent_s = clock::wall_since_epoch().as_secs_f64();
         let taken = store

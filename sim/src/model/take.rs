@@ -342,10 +342,30 @@ mod tests {
             instants.len()
         );
         // The bulk take's 3 200 rows alone are 3 200 inserts apart from the first to the last.
+        let rows = RowCosts::of(&costs);
         let span = instants.last().unwrap() - instants.first().unwrap();
         assert!(
-            span >= 3_200 * RowCosts::of(&costs).insert * 9 / 10,
+            span >= 3_200 * rows.insert * 9 / 10,
             "{span} µs from the first fired message to the last"
+        );
+        // Within a take, one insert apart (stamped over the whole row cost, they were
+        // `take_row_us` apart); between the two takes, at least the bulk take's pick of its
+        // rows, spent before its first stamp.
+        let gaps: Vec<u64> = instants.windows(2).map(|w| w[1] - w[0]).collect();
+        let mut sorted = gaps.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted[sorted.len() / 2], rows.insert, "{rows:?}");
+        let (at, widest) = gaps
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by_key(|g| g.1)
+            .expect("4 000 instants");
+        let bulk = (instants.len() - at - 1) as u64;
+        assert!(
+            widest >= rows.pick * bulk,
+            "{widest} µs between the takes, a pick of {bulk} rows costs {}",
+            rows.pick * bulk
         );
     }
 }
