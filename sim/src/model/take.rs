@@ -19,9 +19,10 @@ use crate::wire::Response;
 /// (finding and locking the row), `under_locks` after them, of which `insert` per message from
 /// the first stamp on (the rest, the delete, after the last). A calibration without the split
 /// (before 2026-12-07, evening) puts the whole row cost in the append, stamps included. Measured
-/// on 20 000-row takes of 512 B: 164 ms before the first stamp, 100 ms over the stamps, 55 ms
-/// after (sim/calibration/2026-12-07-2c-24g-pg15.json, at 1877925): a model that stamped over
-/// the whole row cost had the burst's messages 1.7x later than the rig's.
+/// on 20 000-row takes of 512 B: 170 ms before the first stamp, 57 ms over the stamps, 57 ms
+/// after (sim/calibration/2026-12-07-2c-24g-pg15.json, at cf4679e). The fitted per-row parts
+/// (8 µs before, 3 µs over the stamps) can exceed the fitted whole (10 µs): the insert is then
+/// what the whole leaves after the pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RowCosts {
     pick: Us,
