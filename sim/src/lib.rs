@@ -9,6 +9,7 @@
 //! | [`world`] | the turmoil world: host `db`, hosts `broker-i` running the real sweeper cycle, load hosts, faults, the two phases |
 //! | [`model`] | the modelled PostgreSQL: tables, statements mirroring `sql/`, locks, the WAL, costs |
 //! | [`calibration`] | which calibration of the model's costs a run uses: the newest committed, built in, or a file |
+//! | [`parallel`] | the calibration's parallel drain in the model: `soak calibrate` fits the WAL bandwidth on it |
 //! | [`naive`] | the seed's naive forms (claim then fire; the floor after an empty claim), on the sweeper's `Form` |
 //! | [`client`] | [`client::SimStore`], the sweeper's `Store` port over the simulated wire |
 //! | [`wire`] | requests and responses between brokers, load hosts and `db` |
@@ -28,6 +29,7 @@ pub mod client;
 pub mod error;
 pub mod model;
 pub mod naive;
+pub mod parallel;
 pub mod report;
 pub mod rng;
 pub mod scenarios;

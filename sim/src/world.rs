@@ -260,7 +260,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
 }
 
 /// Writes the backlogs into the model before the run starts.
-fn preload(db: &Db, log: &Mutex<LoadLog>, backlogs: &[Backlog]) {
+pub(crate) fn preload(db: &Db, log: &Mutex<LoadLog>, backlogs: &[Backlog]) {
     let mut log = log.lock().expect("not poisoned");
     db.with(|t| {
         for (n, backlog) in backlogs.iter().enumerate() {

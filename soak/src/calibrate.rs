@@ -133,9 +133,9 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
     );
     let drain = drain_samples(&db).await?;
     let parallel = parallel_drains(&db).await?;
-    let wal_bps = model_wal_bps(burst_wal_bps, &parallel);
+    let wal_bps = calls_wal_bps(burst_wal_bps, &parallel);
     eprintln!(
-        "soak: calibrate: the model's WAL: {:.1} MiB/s (the WAL runs' {:.1}, or less where the large rows' drains sustained less)",
+        "soak: calibrate: the calls' fits take the WAL at {:.1} MiB/s (the WAL runs' {:.1}, or less where the large rows' drains sustained less)",
         wal_bps / 1024.0 / 1024.0,
         burst_wal_bps / 1024.0 / 1024.0
     );
@@ -159,7 +159,7 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
             .map(|s| (s.us - rtt).max(0.0))
             .collect(),
     );
-    Ok(Calibration {
+    let calibration = Calibration {
         measured_on: date.to_owned(),
         commit: source_commit(),
         rig_label: rig.label(),
@@ -173,16 +173,113 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
         wal_bytes_per_s_runs: wal_runs,
         parallel_drain: parallel,
         take_phases: take_phases(&drain, rtt),
+        refitted_at: None,
+    };
+    let calibration = tokio::task::spawn_blocking(move || {
+        let mut c = calibration;
+        fit_to_drains(&mut c).map(|()| c)
     })
+    .await
+    .map_err(|e| Error::Message(format!("calibrate: the model's drains panicked: {e}")))??;
+    eprintln!(
+        "soak: calibrate: the model's WAL, fitted on the large rows' drains: {:.1} MiB/s",
+        calibration.costs.wal_bytes_per_s as f64 / 1024.0 / 1024.0
+    );
+    Ok(calibration)
 }
 
-/// The model's one WAL bandwidth: the WAL runs' (statements of large rows, each followed by its
-/// flush), or what the large rows' parallel drains sustained if that is less. At 9da0521 the runs
-/// gave 234 MiB/s while the 8 KiB drains wrote at most about 182 MiB/s, and the simulation drained
-/// the agreement's 8 KiB bursts 1.18-1.62x as fast as the rig. One bandwidth for every number of
-/// writers is still too fast for five: at cf4679e the 8 KiB drains sustained 214 MiB/s on 3
-/// connections and 171 on 5.
-fn model_wal_bps(burst: f64, parallel: &[ParallelDrain]) -> f64 {
+/// Evaluations of the model per parallel drain when its WAL bandwidth is fitted.
+const WAL_FIT_STEPS: u32 = 20;
+/// The seed of the model's parallel drains (it only draws the rounding of sub-millisecond times).
+const MODEL_DRAIN_SEED: u64 = 1;
+
+/// The costs only the model's own runs can fit, from `c`'s stored measurements, then the model's
+/// rate beside each parallel drain. The WAL bandwidth is the one at which the model, draining the
+/// calibration's own large-row backlogs on 1, 2, 3 and 5 connections (`queen_sim::parallel`),
+/// comes closest to the rig (least squares of the log of model over rig), between a twentieth of
+/// the WAL runs' and the runs'. Before, it was the lesser of the runs' and the best large-row
+/// drain's WAL rate: at cf4679e, 214 MiB/s, at which the model drained the rig's 12 954 timers/s
+/// on one connection at 15 345 and the agreement's five takers 1.38x as fast as the rig. A drain
+/// is not a WAL run: it writes WAL while its rows' statements, its flushes and the dead rows it
+/// leaves take their time, which the model's row costs, fitted on isolated calls, do not hold.
+pub fn fit_to_drains(c: &mut Calibration) -> Result<(), Error> {
+    let large: Vec<ParallelDrain> = c
+        .parallel_drain
+        .iter()
+        .filter(|p| u64::from(p.payload_bytes) > TOAST_PAYLOAD_BYTES && p.timers_per_s > 0.0)
+        .copied()
+        .collect();
+    if !large.is_empty() {
+        let ceiling = median(&c.wal_bytes_per_s_runs).max(c.costs.wal_bytes_per_s as f64);
+        let costs = c.costs;
+        let miss = |log_bps: f64| -> Result<f64, Error> {
+            let at = Costs {
+                wal_bytes_per_s: log_bps.exp().round() as u64,
+                ..costs
+            };
+            large.iter().try_fold(0.0, |sum, d| {
+                Ok(sum + (model_drain(at, d)? / d.timers_per_s).ln().powi(2))
+            })
+        };
+        let best = golden_min((ceiling / 20.0).ln(), ceiling.ln(), WAL_FIT_STEPS, miss)?;
+        c.costs.wal_bytes_per_s = (best.exp() / 1e5).round() as u64 * 100_000;
+    }
+    for d in &mut c.parallel_drain {
+        d.model_timers_per_s = Some(model_drain(c.costs, d)?.round());
+    }
+    Ok(())
+}
+
+/// The backlog a parallel drain of `payload`-byte rows moved (the files store the payload only).
+fn parallel_backlog(payload: u32) -> u32 {
+    PARALLEL_LOADS
+        .iter()
+        .find(|(p, _)| *p == payload)
+        .map_or(DRAINING, |(_, backlog)| *backlog)
+}
+
+/// Timers per second the model drains `drain`'s backlog at, with `costs`.
+fn model_drain(costs: Costs, drain: &ParallelDrain) -> Result<f64, Error> {
+    let spec = queen_sim::parallel::DrainSpec {
+        connections: drain.connections,
+        payload_bytes: u64::from(drain.payload_bytes),
+        backlog: parallel_backlog(drain.payload_bytes),
+    };
+    queen_sim::parallel::timers_per_s(costs, spec, MODEL_DRAIN_SEED).map_err(Error::Message)
+}
+
+/// The x in [lo, hi] where `f` is least, by golden-section search in `steps` steps (for an `f`
+/// with one minimum there; on a flat stretch, a point of it).
+fn golden_min(
+    lo: f64,
+    hi: f64,
+    steps: u32,
+    mut f: impl FnMut(f64) -> Result<f64, Error>,
+) -> Result<f64, Error> {
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut a, mut b) = (lo, hi);
+    let (mut x1, mut x2) = (b - ratio * (b - a), a + ratio * (b - a));
+    let (mut f1, mut f2) = (f(x1)?, f(x2)?);
+    for _ in 0..steps {
+        if f1 <= f2 {
+            b = x2;
+            (x2, f2) = (x1, f1);
+            x1 = b - ratio * (b - a);
+            f1 = f(x1)?;
+        } else {
+            a = x1;
+            (x1, f1) = (x2, f2);
+            x2 = a + ratio * (b - a);
+            f2 = f(x2)?;
+        }
+    }
+    Ok((a + b) / 2.0)
+}
+
+/// The WAL bandwidth the calls' fits take a call's WAL at: the WAL runs' (statements of large
+/// rows, each followed by its flush), or what the large rows' parallel drains wrote if that is
+/// less (the model's own bandwidth is fitted afterwards on the drains, [`fit_to_drains`]).
+fn calls_wal_bps(burst: f64, parallel: &[ParallelDrain]) -> f64 {
     let sustained = parallel
         .iter()
         .filter(|p| u64::from(p.payload_bytes) > TOAST_PAYLOAD_BYTES)
@@ -246,6 +343,7 @@ async fn parallel_drains(db: &RunDb) -> Result<Vec<ParallelDrain>, Error> {
                 speedup,
                 disk_bytes_per_wal_byte,
                 wal_bytes_per_s: Some(median(&wal).round()),
+                model_timers_per_s: None,
             });
         }
     }
@@ -1016,11 +1114,15 @@ fn fit_of(
 pub fn summary(c: &Calibration) -> String {
     let k = c.costs;
     let mut out = format!(
-        "Calibration {} (round trip p50 {:.0} µs, flush p50 {:.0} µs, WAL {:.1} MiB/s)\n\n",
+        "Calibration {} (round trip p50 {:.0} µs, flush p50 {:.0} µs, the model's WAL {:.1} MiB/s, fitted on the large rows' parallel drains; the WAL runs' median {:.1} MiB/s){}\n\n",
         c.describe(),
         c.round_trip_us.p50,
         c.commit_us.p50,
-        k.wal_bytes_per_s as f64 / 1024.0 / 1024.0
+        k.wal_bytes_per_s as f64 / 1024.0 / 1024.0,
+        median(&c.wal_bytes_per_s_runs) / 1024.0 / 1024.0,
+        c.refitted_at
+            .as_ref()
+            .map_or_else(String::new, |at| format!(", refitted at {at}"))
     );
     out += &format!(
         "| cost | value |\n|---|---|\n| probe | {} µs |\n| claim | {} + {} × n µs, {} WAL B/row |\n| fire | {} + {} × n µs |\n| take | {} + {} × n µs |\n| push | {} µs + WAL |\n| small call | {} µs |\n| prune | {} µs/row |\n| row overhead | {} B |\n\n",
@@ -1052,15 +1154,21 @@ pub fn summary(c: &Calibration) -> String {
     }
     if !c.parallel_drain.is_empty() {
         out += &format!(
-            "Due timers drained by takes of 200 on several connections at once (the model: {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains; the disk's bytes per WAL byte are a diagnostic, not in the model):\n\n| payload B | connections | timers/s | over one | model | WAL MiB/s | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+            "Due timers drained by takes of 200 on several connections at once, and the same drain in the model at these costs (`queen_sim::parallel`; {} cores, each other statement wanting one stretches a statement by {}‰, fitted on the {PAYLOAD} B drains by formula; the WAL bandwidth fitted on the large rows' drains by running the model; the disk's bytes per WAL byte are a diagnostic, not in the model):\n\n| payload B | connections | timers/s | over one | model timers/s | model / rig | WAL MiB/s | disk B per WAL B |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             k.cores, k.contention_permille
         );
         for p in &c.parallel_drain {
-            let n = f64::from(p.connections);
-            let model = n.min(f64::from(k.cores.max(1)))
-                / (1.0 + f64::from(k.contention_permille) / 1000.0 * (n - 1.0));
+            let (model, ratio) = p.model_timers_per_s.map_or_else(
+                || ("–".to_owned(), "–".to_owned()),
+                |m| {
+                    (
+                        format!("{m:.0}"),
+                        format!("{:.2}", m / p.timers_per_s.max(1.0)),
+                    )
+                },
+            );
             out += &format!(
-                "| {} | {} | {:.0} | {:.2}× | {model:.2}× | {} | {} |\n",
+                "| {} | {} | {:.0} | {:.2}× | {model} | {ratio} | {} | {} |\n",
                 p.payload_bytes,
                 p.connections,
                 p.timers_per_s,
@@ -1106,11 +1214,12 @@ mod tests {
             speedup,
             disk_bytes_per_wal_byte: None,
             wal_bytes_per_s: None,
+            model_timers_per_s: None,
         }
     }
 
     #[test]
-    fn the_models_wal_is_the_runs_unless_the_large_rows_best_drain_sustained_less() {
+    fn the_calls_wal_is_the_runs_unless_the_large_rows_best_drain_sustained_less() {
         let large = |connections, mb: f64| ParallelDrain {
             payload_bytes: 8_192,
             wal_bytes_per_s: Some(mb * 1e6),
@@ -1122,10 +1231,42 @@ mod tests {
         };
         // The best large drain (190), not the one-connection one (124) nor the small rows'.
         let drains = [large(1, 124.0), large(2, 190.0), large(5, 180.0), small];
-        assert_eq!(model_wal_bps(245e6, &drains), 190e6);
-        assert_eq!(model_wal_bps(150e6, &drains), 150e6);
+        assert_eq!(calls_wal_bps(245e6, &drains), 190e6);
+        assert_eq!(calls_wal_bps(150e6, &drains), 150e6);
         // Files without the drains' WAL: the runs'.
-        assert_eq!(model_wal_bps(245e6, &[drain(1, 1.0)]), 245e6);
+        assert_eq!(calls_wal_bps(245e6, &[drain(1, 1.0)]), 245e6);
+    }
+
+    #[test]
+    fn the_wal_fit_finds_the_bandwidth_the_drains_were_made_at() {
+        // Drains the model itself ran at 150 MB/s: the fit, started from the committed file's
+        // bandwidth, must find 150 again, and put each drain's model rate beside it.
+        let mut c = queen_sim::calibration::builtin().clone();
+        let planted = Costs {
+            wal_bytes_per_s: 150_000_000,
+            ..c.costs
+        };
+        for d in &mut c.parallel_drain {
+            d.timers_per_s = model_drain(planted, d).unwrap();
+            d.model_timers_per_s = None;
+        }
+        assert!(c.parallel_drain.iter().any(|d| d.payload_bytes > 1_900));
+        fit_to_drains(&mut c).unwrap();
+        let found = c.costs.wal_bytes_per_s as f64;
+        assert!((found / 150e6 - 1.0).abs() < 0.03, "{found}");
+        for d in &c.parallel_drain {
+            let model = d.model_timers_per_s.unwrap();
+            assert!((model / d.timers_per_s - 1.0).abs() < 0.05, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn golden_section_finds_the_least_point_of_a_valley() {
+        let x = golden_min(0.0, 10.0, 40, |x| Ok((x - 3.7_f64).powi(2))).unwrap();
+        assert!((x - 3.7).abs() < 1e-3, "{x}");
+        // At an edge when the valley lies beyond it.
+        let edge = golden_min(0.0, 10.0, 40, |x| Ok(-x)).unwrap();
+        assert!(edge > 9.99, "{edge}");
     }
 
     #[test]

@@ -106,7 +106,12 @@ enum Command {
     },
     /// Measure the simulation model's costs on this rig (about a minute); writes
     /// `sim/calibration/<date>-<rig>.json` (`--out DIR` for another directory).
-    Calibrate,
+    Calibrate {
+        /// No database: recompute, from FILE's stored measurements, the costs fitted by running
+        /// the model (the WAL bandwidth, the model's parallel drains), and rewrite FILE.
+        #[arg(long, value_name = "FILE")]
+        refit: Option<PathBuf>,
+    },
     /// The same scenarios in the calibrated simulation and on this rig, side by side (about 10
     /// minutes); writes reports/agreement/<date>-<rig>/ (`--out DIR` for another).
     Agreement {
@@ -215,6 +220,7 @@ fn main() -> ExitCode {
             "soak blocks: say --check or --redecide DIR (the blocks are written by soak experiments)"
                 .into(),
         ))),
+        Some(Command::Calibrate { refit: Some(file) }) => Some(refit(file)),
         Some(Command::Agreement {
             resim: Some(dir),
             calibration,
@@ -441,7 +447,7 @@ async fn soak(cli: Cli) -> Result<(), Error> {
                 Err(Error::Broken(failed.join("; ")))
             }
         }
-        (Some(Command::Calibrate), _) => {
+        (Some(Command::Calibrate { .. }), _) => {
             let dir = cli
                 .out
                 .clone()
@@ -502,6 +508,24 @@ async fn calibrate(url: &str, rig: &Rig, date: &str, dir: &Path) -> Result<(), E
     println!("{}", queen_soak::calibrate::summary(&calibration));
     println!("wrote {}", dir.join(file).display());
     Ok(())
+}
+
+/// `soak calibrate --refit FILE`: the model-fitted costs of FILE again, from its measurements.
+fn refit(file: &Path) -> Result<Vec<String>, Error> {
+    let mut calibration = queen_harness::calibration::Calibration::load(file)
+        .map_err(|e| Error::Message(format!("soak calibrate --refit: {e}")))?;
+    queen_soak::calibrate::fit_to_drains(&mut calibration)?;
+    calibration.refitted_at = Some(queen_soak::rig::source_commit());
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Message(format!("not a file name: {}", file.display())))?;
+    report::write_json(dir, name, &calibration)?;
+    Ok(vec![
+        queen_soak::calibrate::summary(&calibration),
+        format!("rewrote {}", file.display()),
+    ])
 }
 
 /// The machine and the server the measurements are taken on, read over a connection of its own.

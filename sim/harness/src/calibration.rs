@@ -50,7 +50,10 @@ pub struct Costs {
     pub push_base_us: Us,
     /// The prune, per deleted row, on top of a small call.
     pub prune_row_us: Us,
-    /// WAL bandwidth: bytes per simulated second through the one WAL writer.
+    /// WAL bandwidth: bytes per simulated second through the one WAL writer. Since 2026-12-08
+    /// the one at which the model drains the calibration's large-row parallel drains closest to
+    /// the rig (a sustained drain's, below the WAL runs' bursts); before, the lesser of the runs'
+    /// and the best large-row drain's WAL rate.
     pub wal_bytes_per_s: u64,
     /// A commit's WAL flush. Flushes are one at a time, and one flush makes durable every commit
     /// written before it began (group commit): a commit waits for the flush under way, then for
@@ -159,6 +162,11 @@ pub struct Calibration {
     /// its stamps, after its last one. Empty in files written before 2026-12-07 (evening).
     #[serde(default)]
     pub take_phases: Vec<TakePhases>,
+    /// The commit whose `soak calibrate --refit` last recomputed, from this file's stored
+    /// measurements, the costs fitted by running the model (the WAL bandwidth, the model's
+    /// drains); None when `soak calibrate` wrote them as it measured.
+    #[serde(default)]
+    pub refitted_at: Option<String>,
 }
 
 /// One take size's phases, µs, medians over its repetitions: from the call's start (less half
@@ -199,6 +207,11 @@ pub struct ParallelDrain {
     /// against the WAL runs' bursts.
     #[serde(default)]
     pub wal_bytes_per_s: Option<f64>,
+    /// Timers per second the model drains the same backlog at, with this file's costs
+    /// (`queen_sim::parallel`, seed 1): the model judged on the calibration's own experiment.
+    /// None in files written before 2026-12-08.
+    #[serde(default)]
+    pub model_timers_per_s: Option<f64>,
 }
 
 impl Calibration {
