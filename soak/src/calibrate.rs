@@ -1114,15 +1114,12 @@ fn fit_of(
 pub fn summary(c: &Calibration) -> String {
     let k = c.costs;
     let mut out = format!(
-        "Calibration {} (round trip p50 {:.0} µs, flush p50 {:.0} µs, the model's WAL {:.1} MiB/s, fitted on the large rows' parallel drains; the WAL runs' median {:.1} MiB/s){}\n\n",
+        "Calibration {} (round trip p50 {:.0} µs, flush p50 {:.0} µs, the model's WAL {:.1} MiB/s, fitted on the large rows' parallel drains; the WAL runs' median {:.1} MiB/s)\n\n",
         c.describe(),
         c.round_trip_us.p50,
         c.commit_us.p50,
         k.wal_bytes_per_s as f64 / 1024.0 / 1024.0,
         median(&c.wal_bytes_per_s_runs) / 1024.0 / 1024.0,
-        c.refitted_at
-            .as_ref()
-            .map_or_else(String::new, |at| format!(", refitted at {at}"))
     );
     out += &format!(
         "| cost | value |\n|---|---|\n| probe | {} µs |\n| claim | {} + {} × n µs, {} WAL B/row |\n| fire | {} + {} × n µs |\n| take | {} + {} × n µs |\n| push | {} µs + WAL |\n| small call | {} µs |\n| prune | {} µs/row |\n| row overhead | {} B |\n\n",

@@ -233,8 +233,11 @@ impl Calibration {
 
     /// One line naming it: where, when and from which commit.
     pub fn describe(&self) -> String {
+        let refit = self.refitted_at.as_ref().map_or_else(String::new, |at| {
+            format!(", its model-run fits refitted at {at}")
+        });
         format!(
-            "{} measured {} at {} ({})",
+            "{} measured {} at {} ({}){refit}",
             self.rig_label, self.measured_on, self.commit, self.rig
         )
     }
