@@ -130,6 +130,26 @@ mod tests {
     }
 
     #[test]
+    fn passing_locked_rows_costs_only_when_other_takers_hold_rows() {
+        let small = |connections| DrainSpec {
+            connections,
+            payload_bytes: 512,
+            backlog: 4_000,
+        };
+        let at = |us, n| {
+            let c = Costs {
+                skip_locked_row_us: us,
+                ..costs(200)
+            };
+            timers_per_s(c, small(n), 1).unwrap()
+        };
+        // Alone, a taker never meets another's locks.
+        assert_eq!(at(10, 1), at(0, 1));
+        // Five pass each other's rows in every shard.
+        assert!(at(10, 5) < at(0, 5) * 0.8, "{} {}", at(10, 5), at(0, 5));
+    }
+
+    #[test]
     fn a_slower_wal_slows_a_large_rows_drain_and_more_connections_than_one_drain_faster() {
         for n in [1, 2, 5] {
             let fast = timers_per_s(costs(300), drain(n), 1).unwrap();

@@ -188,46 +188,72 @@ pub async fn measure(server_url: &str, rig: &Rig, date: &str) -> Result<Calibrat
     Ok(calibration)
 }
 
-/// Evaluations of the model per parallel drain when its WAL bandwidth is fitted.
-const WAL_FIT_STEPS: u32 = 20;
+/// Evaluations of the model per parallel drain when a cost is fitted.
+const FIT_STEPS: u32 = 16;
+/// Rounds of the two fits, each on the other's last value.
+const FIT_ROUNDS: u32 = 2;
+/// The most a pick may spend passing one locked row, µs, in the fit.
+const SKIP_FIT_MAX_US: f64 = 40.0;
 /// The seed of the model's parallel drains (it only draws the rounding of sub-millisecond times).
 const MODEL_DRAIN_SEED: u64 = 1;
 
 /// The costs only the model's own runs can fit, from `c`'s stored measurements, then the model's
-/// rate beside each parallel drain. The WAL bandwidth is the one at which the model, draining the
-/// calibration's own large-row backlogs on 1, 2, 3 and 5 connections (`queen_sim::parallel`),
-/// comes closest to the rig (least squares of the log of model over rig), between a twentieth of
-/// the WAL runs' and the runs'. Before, it was the lesser of the runs' and the best large-row
-/// drain's WAL rate: at cf4679e, 214 MiB/s, at which the model drained the rig's 12 954 timers/s
-/// on one connection at 15 345 and the agreement's five takers 1.38x as fast as the rig. A drain
-/// is not a WAL run: it writes WAL while its rows' statements, its flushes and the dead rows it
-/// leaves take their time, which the model's row costs, fitted on isolated calls, do not hold.
+/// rate beside each parallel drain. Each is the value at which the model, draining the
+/// calibration's own backlogs on 1, 2, 3 and 5 connections (`queen_sim::parallel`), comes closest
+/// to the rig (least squares of the log of model over rig), the two fitted in turn:
+/// - `skip_locked_row_us`, on the small rows' drains (0 to [`SKIP_FIT_MAX_US`] µs): at cf4679e
+///   the model drained them 1.56x (3 connections) and 1.82x (5) as fast as the rig, its picks
+///   passing the rows the other takers held for nothing;
+/// - `wal_bytes_per_s`, on the large rows' drains (a twentieth of the WAL runs' to the runs'):
+///   before, it was the lesser of the runs' and the best large-row drain's WAL rate (213.8 MiB/s
+///   at cf4679e), at which the model drained the rig's 12 954 timers/s on one connection at
+///   15 345 and the agreement's five takers 1.38x as fast as the rig. A drain is not a WAL run:
+///   it writes its WAL while its statements, its flushes and the dead rows it leaves take their
+///   time, which the row costs, fitted on isolated calls, do not hold.
 pub fn fit_to_drains(c: &mut Calibration) -> Result<(), Error> {
-    let large: Vec<ParallelDrain> = c
-        .parallel_drain
-        .iter()
-        .filter(|p| u64::from(p.payload_bytes) > TOAST_PAYLOAD_BYTES && p.timers_per_s > 0.0)
-        .copied()
-        .collect();
-    if !large.is_empty() {
-        let ceiling = median(&c.wal_bytes_per_s_runs).max(c.costs.wal_bytes_per_s as f64);
-        let costs = c.costs;
-        let miss = |log_bps: f64| -> Result<f64, Error> {
-            let at = Costs {
+    let measured = |large: bool| -> Vec<ParallelDrain> {
+        c.parallel_drain
+            .iter()
+            .filter(|p| (u64::from(p.payload_bytes) > TOAST_PAYLOAD_BYTES) == large)
+            .filter(|p| p.timers_per_s > 0.0)
+            .copied()
+            .collect()
+    };
+    let (small, large) = (measured(false), measured(true));
+    let wal_ceiling = median(&c.wal_bytes_per_s_runs).max(c.costs.wal_bytes_per_s as f64);
+    for _ in 0..FIT_ROUNDS {
+        if !small.is_empty() {
+            let costs = c.costs;
+            let at = |us: f64| Costs {
+                skip_locked_row_us: us.round() as u64,
+                ..costs
+            };
+            let best = golden_min(0.0, SKIP_FIT_MAX_US, FIT_STEPS, |us| miss(at(us), &small))?;
+            c.costs.skip_locked_row_us = best.round() as u64;
+        }
+        if !large.is_empty() {
+            let costs = c.costs;
+            let at = |log_bps: f64| Costs {
                 wal_bytes_per_s: log_bps.exp().round() as u64,
                 ..costs
             };
-            large.iter().try_fold(0.0, |sum, d| {
-                Ok(sum + (model_drain(at, d)? / d.timers_per_s).ln().powi(2))
-            })
-        };
-        let best = golden_min((ceiling / 20.0).ln(), ceiling.ln(), WAL_FIT_STEPS, miss)?;
-        c.costs.wal_bytes_per_s = (best.exp() / 1e5).round() as u64 * 100_000;
+            let (lo, hi) = ((wal_ceiling / 20.0).ln(), wal_ceiling.ln());
+            let best = golden_min(lo, hi, FIT_STEPS, |x| miss(at(x), &large))?;
+            c.costs.wal_bytes_per_s = (best.exp() / 1e5).round() as u64 * 100_000;
+        }
     }
     for d in &mut c.parallel_drain {
         d.model_timers_per_s = Some(model_drain(c.costs, d)?.round());
     }
     Ok(())
+}
+
+/// How far the model at `costs` drains `drains` from the rig: the sum of the squared logs of
+/// model over rig.
+fn miss(costs: Costs, drains: &[ParallelDrain]) -> Result<f64, Error> {
+    drains.iter().try_fold(0.0, |sum, d| {
+        Ok(sum + (model_drain(costs, d)? / d.timers_per_s).ln().powi(2))
+    })
 }
 
 /// The backlog a parallel drain of `payload`-byte rows moved (the files store the payload only).
@@ -962,6 +988,7 @@ fn fit(m: &Measured, drain: &DrainSamples, push: &Samples, kv: &KvSamples) -> (C
         take_row_us: take_row,
         take_pick_row_us: take_pick_row,
         take_insert_row_us: take_insert_row,
+        skip_locked_row_us: 0,
         small_call_us: small_call,
         push_base_us: push_base,
         prune_row_us: prune_row,
@@ -1122,7 +1149,7 @@ pub fn summary(c: &Calibration) -> String {
         median(&c.wal_bytes_per_s_runs) / 1024.0 / 1024.0,
     );
     out += &format!(
-        "| cost | value |\n|---|---|\n| probe | {} µs |\n| claim | {} + {} × n µs, {} WAL B/row |\n| fire | {} + {} × n µs |\n| take | {} + {} × n µs |\n| push | {} µs + WAL |\n| small call | {} µs |\n| prune | {} µs/row |\n| row overhead | {} B |\n\n",
+        "| cost | value |\n|---|---|\n| probe | {} µs |\n| claim | {} + {} × n µs, {} WAL B/row |\n| fire | {} + {} × n µs |\n| take | {} + {} × n µs |\n| a pick passing a row another transaction holds | {} µs |\n| push | {} µs + WAL |\n| small call | {} µs |\n| prune | {} µs/row |\n| row overhead | {} B |\n\n",
         k.probe_us,
         k.claim_base_us,
         k.claim_row_us,
@@ -1131,6 +1158,7 @@ pub fn summary(c: &Calibration) -> String {
         k.fire_row_us,
         k.take_base_us,
         k.take_row_us,
+        k.skip_locked_row_us,
         k.push_base_us,
         k.small_call_us,
         k.prune_row_us,
@@ -1235,14 +1263,17 @@ mod tests {
     }
 
     #[test]
-    fn the_wal_fit_finds_the_bandwidth_the_drains_were_made_at() {
-        // Drains the model itself ran at 150 MB/s: the fit, started from the committed file's
-        // bandwidth, must find 150 again, and put each drain's model rate beside it.
+    fn the_model_run_fits_find_the_costs_the_drains_were_made_at() {
+        // Drains the model itself ran at 150 MB/s and 6 µs a passed locked row: the fit,
+        // started from the committed file's costs, must find both again, and put each drain's
+        // model rate beside it.
         let mut c = queen_sim::calibration::builtin().clone();
         let planted = Costs {
             wal_bytes_per_s: 150_000_000,
+            skip_locked_row_us: 6,
             ..c.costs
         };
+        c.costs.skip_locked_row_us = 0;
         for d in &mut c.parallel_drain {
             d.timers_per_s = model_drain(planted, d).unwrap();
             d.model_timers_per_s = None;
@@ -1251,6 +1282,11 @@ mod tests {
         fit_to_drains(&mut c).unwrap();
         let found = c.costs.wal_bytes_per_s as f64;
         assert!((found / 150e6 - 1.0).abs() < 0.03, "{found}");
+        assert!(
+            (5..=7).contains(&c.costs.skip_locked_row_us),
+            "{:?}",
+            c.costs
+        );
         for d in &c.parallel_drain {
             let model = d.model_timers_per_s.unwrap();
             assert!((model / d.timers_per_s - 1.0).abs() < 0.05, "{d:?}");
