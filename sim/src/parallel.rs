@@ -57,8 +57,8 @@ pub fn timers_per_s(costs: Costs, spec: DrainSpec, seed: u64) -> Result<f64, Str
     for i in 0..spec.connections {
         let ends = ends.clone();
         sim.client(format!("taker-{i}"), async move {
-            let first_shard = (i * 13 % 64) as u8;
-            let moved = take_until_empty(first_shard).await?;
+            let store = crate::client::SimStore::new("db", Duration::from_secs(60));
+            let moved = take_until_empty(&store, first_shard(i)).await?;
             ends.lock().expect("not poisoned").push((moved, now_us()));
             Ok(())
         });
@@ -77,21 +77,35 @@ pub fn timers_per_s(costs: Costs, spec: DrainSpec, seed: u64) -> Result<f64, Str
     Ok(moved as f64 / seconds.max(1e-6))
 }
 
-/// Takes of [`TAKE_ROWS`] from `first_shard` on until one comes back short; the timers moved.
-async fn take_until_empty(first_shard: u8) -> turmoil::Result<u64> {
-    let store = crate::client::SimStore::new("db", Duration::from_secs(60));
-    let admission = Admission::new(LaneSizes::default());
-    let request = TakeRequest {
+/// The shard taker `i` of a parallel drain starts from, each its own as brokers' are.
+pub fn first_shard(i: u32) -> u8 {
+    (i * 13 % 64) as u8
+}
+
+/// A plain take of up to `rows` due timers from shard `first_shard` on: no fairness round, no
+/// per-tenant cap below `rows`, no byte cap, every due row.
+pub fn plain_take(first_shard: u8, rows: u32) -> TakeRequest {
+    TakeRequest {
         shards: ShardOrder::starting_at(first_shard),
-        max_rows: TAKE_ROWS,
-        per_tenant: TAKE_ROWS,
+        max_rows: rows,
+        per_tenant: rows,
         fair: None,
         max_bytes: u64::MAX / 2,
         row_overhead: ROW_OVERHEAD_BYTES,
         skip_held_partitions: false,
         due_ms_ago: 0,
         due_within_ms: None,
-    };
+    }
+}
+
+/// Takes of [`TAKE_ROWS`] from `first_shard` on, on any store (the model's or PostgreSQL's), until
+/// one comes back short; the timers moved.
+pub async fn take_until_empty(
+    store: &impl Store,
+    first_shard: u8,
+) -> Result<u64, queen_sweeper::Error> {
+    let admission = Admission::new(LaneSizes::default());
+    let request = plain_take(first_shard, TAKE_ROWS);
     let mut moved = 0;
     loop {
         let slot = admission.maintenance().await;
@@ -127,26 +141,6 @@ mod tests {
         let once = timers_per_s(costs(200), drain(3), 1).unwrap();
         assert!(once > 0.0);
         assert_eq!(once, timers_per_s(costs(200), drain(3), 1).unwrap());
-    }
-
-    #[test]
-    fn passing_locked_rows_costs_only_when_other_takers_hold_rows() {
-        let small = |connections| DrainSpec {
-            connections,
-            payload_bytes: 512,
-            backlog: 4_000,
-        };
-        let at = |us, n| {
-            let c = Costs {
-                skip_locked_row_us: us,
-                ..costs(200)
-            };
-            timers_per_s(c, small(n), 1).unwrap()
-        };
-        // Alone, a taker never meets another's locks.
-        assert_eq!(at(10, 1), at(0, 1));
-        // Five pass each other's rows in every shard.
-        assert!(at(10, 5) < at(0, 5) * 0.8, "{} {}", at(10, 5), at(0, 5));
     }
 
     #[test]

@@ -43,12 +43,6 @@ pub struct Costs {
     pub take_pick_row_us: Us,
     #[serde(default)]
     pub take_insert_row_us: Us,
-    /// What a claim's or a take's pick spends on each due row it passes over under another
-    /// transaction's lock (SKIP LOCKED). Fitted by running the model on the calibration's
-    /// small-row parallel drains, where every take of 200 visits all 64 shards and passes over
-    /// the rows the other takers hold. 0 in files written before 2026-12-08.
-    #[serde(default)]
-    pub skip_locked_row_us: Us,
     /// The small calls, their commit included: a fail, a DLQ, a KV put, a rollup step, a
     /// schedule's apply.
     pub small_call_us: Us,

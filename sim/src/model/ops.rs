@@ -126,21 +126,17 @@ pub fn claim_lock(
                 break;
             }
             let mut taken = 0;
-            let mut skipped = 0;
             let candidates: Vec<(Us, TimerKey)> = t
                 .index
                 .range((shard, since, min_key())..)
                 .take_while(|(s, visible_at, _)| *s == shard && *visible_at <= now)
                 .filter(|(_, _, key)| {
-                    let other = t.locked_by_other(key, txn);
-                    skipped += u64::from(other);
-                    !other && !t.row_locks.contains_key(key)
+                    !t.locked_by_other(key, txn) && !t.row_locks.contains_key(key)
                 })
                 .filter(|(_, _, key)| per.get(&key.tenant).copied().unwrap_or(0) < per_tenant)
                 .take(share.min(remaining))
                 .map(|(_, visible_at, key)| (*visible_at, key.clone()))
                 .collect();
-            t.timers_skipped_locked += skipped;
             for (visible_at, key) in candidates {
                 let count = per.entry(key.tenant.clone()).or_default();
                 if *count >= per_tenant {

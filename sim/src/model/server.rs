@@ -313,8 +313,7 @@ struct ClaimLimits {
 async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&str>) -> Response {
     let c = db.costs;
     let now = now_us();
-    let (txn, picked, fair_next, skipped) = db.with(|t| {
-        let before = t.timers_skipped_locked;
+    let (txn, picked, fair_next) = db.with(|t| {
         let txn = t.new_txn();
         let (mut picked, fair_next) = ops::claim_fair(
             t,
@@ -337,9 +336,9 @@ async fn claim(db: &Db, shards: &[u8], limits: ClaimLimits, fair_after: Option<&
             );
             picked.extend(more);
         }
-        (txn, picked, fair_next, t.timers_skipped_locked - before)
+        (txn, picked, fair_next)
     });
-    db.cpu(c.claim_base_us + c.skip_locked_row_us * skipped + c.claim_row_us * picked.len() as Us)
+    db.cpu(c.claim_base_us + c.claim_row_us * picked.len() as Us)
         .await;
     if !picked.is_empty() {
         // The claim rewrites each row it takes; its commit waits for the WAL like any

@@ -165,9 +165,6 @@ pub struct Tables {
     pub pruned: Vec<Pruned>,
     /// Expired rows a prune found under another transaction's lock and skipped (SKIP LOCKED).
     pub kv_skipped_locked: u64,
-    /// Due timer rows a claim's or a take's pick passed over under another transaction's lock
-    /// (SKIP LOCKED): each costs the pick `costs.skip_locked_row_us`.
-    pub timers_skipped_locked: u64,
     pub usage: BTreeMap<String, Usage>,
     pub switches: Option<SwitchStates>,
     pub next_token: u128,

@@ -56,21 +56,16 @@ type Picked = Vec<(TimerKey, Us)>;
 pub(crate) async fn take(db: &Db, host: &str, request: &TakeRequest) -> Response {
     let c = db.costs;
     let now = now_us();
-    let (txn, picked, fair_next, skipped) = db.with(|t| {
-        let before = t.timers_skipped_locked;
-        let (txn, picked, fair_next) = lock(t, request, now);
-        (txn, picked, fair_next, t.timers_skipped_locked - before)
-    });
-    let passing = c.skip_locked_row_us * skipped;
+    let (txn, picked, fair_next) = db.with(|t| lock(t, request, now));
     if picked.is_empty() {
         db.with(|t| t.release_locks(txn));
-        db.cpu(c.take_base_us + passing).await;
+        db.cpu(c.take_base_us).await;
         return Response::Taken(Taken::default());
     }
-    // The pick (its fixed part, the locked rows it passed over and its rows'); the append and
-    // the delete come under the partitions' locks.
+    // The pick (its fixed part and its rows'); the append and the delete come under the
+    // partitions' locks.
     let rows = RowCosts::of(&c);
-    db.cpu(c.take_base_us + passing + rows.pick * picked.len() as Us)
+    db.cpu(c.take_base_us + rows.pick * picked.len() as Us)
         .await;
     let (mut ids, mut guards) = (db.with(|t| partition_ids(t, &picked)), Vec::new());
     ids.sort_unstable();
