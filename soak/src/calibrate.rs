@@ -22,9 +22,10 @@ use queen_harness::calibration::{
     Calibration, Costs, Fit, FitPoint, ParallelDrain, TOAST_PAYLOAD_BYTES, TakePhases, fit_line,
     toast_chunks,
 };
+use queen_sim::parallel::plain_take;
 use queen_sweeper::{
     Admission, ClaimRequest, Config, KV_ALARM_CAP, LaneSizes, PgStore, ProbeRequest,
-    ROLLUP_TENANTS_PER_STEP, SegmentResult, ShardOrder, Store, TakeRequest, clock, plan_fire_calls,
+    ROLLUP_TENANTS_PER_STEP, SegmentResult, ShardOrder, Store, clock, plan_fire_calls,
 };
 use sqlx::Connection as _;
 
@@ -197,14 +198,16 @@ const MODEL_DRAIN_SEED: u64 = 1;
 /// calibration's own large-row backlogs on 1, 2, 3 and 5 connections (`queen_sim::parallel`),
 /// comes closest to the rig (least squares of the log of model over rig), between a twentieth of
 /// the WAL runs' and the runs'. Before, it was the lesser of the runs' and the best large-row
-/// drain's WAL rate (213.8 MiB/s at cf4679e), at which the model drained the rig's 12 954
-/// timers/s on one connection at 15 345 and the agreement's five takers 1.38x as fast as the
-/// rig. A drain is not a WAL run: it writes its WAL while its statements, its flushes and the
+/// drain's WAL rate (213.8 MiB/s at cf4679e), at which this model (run at 8dad0f0 on that file's
+/// costs) drained the rig's 12 954 timers/s on one connection at 15 345, and the agreement's five
+/// takers ran 1.38x as fast as the rig (reports/agreement at 1b1b7b3). A drain is not a WAL run: it writes its WAL while its statements, its flushes and the
 /// dead rows it leaves take their time, which the row costs, fitted on isolated calls, do not
 /// hold. The small rows' drains are not fitted: the model drains them up to 1.8x as fast as the
 /// rig on 3 and 5 connections, and neither a larger CPU contention nor a cost per locked row a
 /// pick passes, each fitted on them by running the model, kept the agreement's broker cases
-/// (tried at 4cbc233: 34 and 38 of 49 rows, against 43 without).
+/// (`agreement --resim` probes, not committed: about 1 000‰ gave 34 of 49 rows on the 19:58
+/// sitting's rig numbers, against 44; 4 µs a passed row, 4cbc233, gave 38 on the 22:48 one's,
+/// against 43).
 pub fn fit_to_drains(c: &mut Calibration) -> Result<(), Error> {
     let large: Vec<ParallelDrain> = c
         .parallel_drain
@@ -410,11 +413,6 @@ async fn parallel_drain(
     })
 }
 
-/// A plain take of up to `rows` due timers from shard `first_shard` on.
-fn take_request(first_shard: u8, rows: u32) -> TakeRequest {
-    queen_sim::parallel::plain_take(first_shard, rows)
-}
-
 /// Takes batches of 200 until a take comes back short; answers the timers moved.
 async fn take_until_empty(store: &PgStore, first_shard: u8) -> Result<u64, Error> {
     queen_sim::parallel::take_until_empty(store, first_shard)
@@ -589,7 +587,7 @@ async fn drain_samples(db: &RunDb) -> Result<DrainSamples, Error> {
     due(db, DRAINING, PAYLOAD, "drain").await?;
     loop {
         let slot = admission.maintenance().await;
-        let request = take_request(0, 200);
+        let request = plain_take(0, 200);
         let (taken, us, wal) = timed(db, async {
             store
                 .take(&slot, &request)
@@ -617,7 +615,7 @@ async fn take_once(
     let keys = format!("{prefix}t");
     due(db, rows, payload, &keys).await?;
     let slot = admission.maintenance().await;
-    let request = take_request(0, rows);
+    let request = plain_take(0, rows);
     let ((taken, sent_s), us, wal) = timed(db, async {
         let sent_s = clock::wall_since_epoch().as_secs_f64();
         let taken = store

@@ -50,8 +50,8 @@ pub struct Costs {
     pub push_base_us: Us,
     /// The prune, per deleted row, on top of a small call.
     pub prune_row_us: Us,
-    /// WAL bandwidth: bytes per simulated second through the one WAL writer. Since 2026-12-08
-    /// the one at which the model drains the calibration's large-row parallel drains closest to
+    /// WAL bandwidth: bytes per simulated second through the one WAL writer. Since 2026-12-07
+    /// (night) the one at which the model drains the calibration's large-row parallel drains closest to
     /// the rig (a sustained drain's, below the WAL runs' bursts); before, the lesser of the runs'
     /// and the best large-row drain's WAL rate.
     pub wal_bytes_per_s: u64,
@@ -209,7 +209,7 @@ pub struct ParallelDrain {
     pub wal_bytes_per_s: Option<f64>,
     /// Timers per second the model drains the same backlog at, with this file's costs
     /// (`queen_sim::parallel`, seed 1): the model judged on the calibration's own experiment.
-    /// None in files written before 2026-12-08.
+    /// None in files written before 2026-12-07 (night).
     #[serde(default)]
     pub model_timers_per_s: Option<f64>,
 }
@@ -263,6 +263,17 @@ pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refitted_calibration_says_at_which_commit() {
+        let mut c = Calibration::parse(include_str!(
+            "../../calibration/2026-12-05-2c-24g-pg15.json"
+        ))
+        .expect("parses");
+        assert!(!c.describe().contains("refitted"), "{}", c.describe());
+        c.refitted_at = Some("abc1234".into());
+        assert!(c.describe().ends_with("refitted at abc1234"), "{}", c.describe());
+    }
 
     #[test]
     fn a_large_payloads_row_writes_its_chunks_overhead_and_a_small_ones_none() {
