@@ -272,7 +272,11 @@ mod tests {
         .expect("parses");
         assert!(!c.describe().contains("refitted"), "{}", c.describe());
         c.refitted_at = Some("abc1234".into());
-        assert!(c.describe().ends_with("refitted at abc1234"), "{}", c.describe());
+        assert!(
+            c.describe().ends_with("refitted at abc1234"),
+            "{}",
+            c.describe()
+        );
     }
 
     #[test]
